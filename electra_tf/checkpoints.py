@@ -1,0 +1,152 @@
+"""TF1 name-based checkpoints in and out, with the official ELECTRA variable names.
+
+Our variables carry the official TF1 names (``electra/encoder/layer_0/...``), so reading an
+official checkpoint is a name-to-name copy and writing one back is a ``Saver`` over a dict.
+Every checkpoint tensor is either loaded or reported as deliberately unused (optimizer slots,
+``global_step``, towers the model does not have); a shape mismatch is a one-line error naming
+the variable and both shapes.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+import re
+import shutil
+import tempfile
+from collections.abc import Iterable, Mapping
+
+import numpy as np
+import tensorflow as tf
+
+# Tensors an official checkpoint may hold that no model variable corresponds to.
+OPTIMIZER_STATE = re.compile(r"(^global_step$|/adam_[mv]$)")
+
+
+def tf1_name(variable: tf.Variable) -> str:
+  """``electra/embeddings/word_embeddings:0`` -> ``electra/embeddings/word_embeddings``."""
+  return variable.name.split(":")[0]
+
+
+def variables_by_name(variables: Iterable[tf.Variable]) -> dict[str, tf.Variable]:
+  """Maps TF1 names to variables; duplicate names (two variables, one key) are an error."""
+  out: dict[str, tf.Variable] = {}
+  for v in variables:
+    name = tf1_name(v)
+    if name in out and out[name] is not v:
+      raise ValueError(f"two different variables share the checkpoint name {name!r}")
+    out[name] = v
+  return out
+
+
+def resolve_checkpoint(path: str) -> str:
+  """A checkpoint prefix from a prefix or a directory (its latest checkpoint, or model.ckpt)."""
+  if tf.io.gfile.isdir(path):
+    latest = tf.train.latest_checkpoint(path)
+    if latest:
+      return latest
+    for name in ("model.ckpt", "ckpt"):
+      if tf.io.gfile.exists(os.path.join(path, name + ".index")):
+        return os.path.join(path, name)
+    raise FileNotFoundError(f"no checkpoint found in directory {path}")
+  if tf.io.gfile.exists(path + ".index"):
+    return path
+  raise FileNotFoundError(f"checkpoint not found: {path} (no {path}.index)")
+
+
+def is_tf1_checkpoint(prefix: str) -> bool:
+  """True for name-based (TF1 Saver) checkpoints, False for TF2 object-based ones."""
+  keys = tf.train.list_variables(prefix)
+  return not any(name.startswith("_CHECKPOINTABLE_OBJECT_GRAPH") for name, _ in keys)
+
+
+@dataclasses.dataclass(frozen=True)
+class LoadReport:
+  """What happened to every tensor of a checkpoint."""
+
+  loaded: tuple[str, ...]
+  unused_optimizer_state: tuple[str, ...]  # adam slots, global_step
+  unused_other: tuple[str, ...]  # tensors of parts the model does not have
+  missing: tuple[str, ...]  # model variables the checkpoint lacks (left as initialised)
+
+  def summary(self) -> str:
+    return (f"loaded {len(self.loaded)} tensors; unused: {len(self.unused_optimizer_state)} "
+            f"optimizer-state, {len(self.unused_other)} other; missing: {len(self.missing)}")
+
+
+def load_tf1_checkpoint(variables: Mapping[str, tf.Variable] | Iterable[tf.Variable],
+                        checkpoint: str, allow_missing: bool = False,
+                        allow_unused: bool = True) -> LoadReport:
+  """Assigns checkpoint tensors to the variables of the same TF1 name.
+
+  Args:
+    variables: TF1 name -> variable, or variables (named by ``tf1_name``).
+    checkpoint: prefix or directory of an official (name-based) checkpoint.
+    allow_missing: tolerate model variables absent from the checkpoint (e.g. task heads when
+      initialising fine-tuning from a pre-trained checkpoint).
+    allow_unused: tolerate checkpoint tensors other than optimizer state that the model does
+      not have (e.g. the generator when only the discriminator is built).
+  Raises:
+    FileNotFoundError: no checkpoint at ``checkpoint``.
+    ValueError: a shape mismatch, a missing variable or an unused tensor that is not allowed.
+  """
+  if not isinstance(variables, Mapping):
+    variables = variables_by_name(variables)
+  prefix = resolve_checkpoint(checkpoint)
+  reader = tf.train.load_checkpoint(prefix)
+  shapes = reader.get_variable_to_shape_map()
+  for name, var in variables.items():
+    if name in shapes and list(shapes[name]) != var.shape.as_list():
+      raise ValueError(
+          f"shape mismatch for {name}: checkpoint {list(shapes[name])} vs model "
+          f"{var.shape.as_list()} (is the config the one the checkpoint was trained with? e.g. "
+          f"generator_hidden_size, embedding_size, vocab_size, model_size)")
+  missing = sorted(set(variables) - set(shapes))
+  if missing and not allow_missing:
+    raise ValueError(f"checkpoint {prefix} lacks {len(missing)} model variable(s), "
+                     f"first: {missing[0]}")
+  unused = sorted(set(shapes) - set(variables))
+  optimizer_state = [n for n in unused if OPTIMIZER_STATE.search(n)]
+  other = [n for n in unused if not OPTIMIZER_STATE.search(n)]
+  if other and not allow_unused:
+    raise ValueError(f"checkpoint {prefix} has {len(other)} tensor(s) the model does not use, "
+                     f"first: {other[0]}")
+  loaded = sorted(set(variables) & set(shapes))
+  for name in loaded:
+    variables[name].assign(reader.get_tensor(name))
+  return LoadReport(tuple(loaded), tuple(optimizer_state), tuple(other), tuple(missing))
+
+
+def save_tf1_checkpoint(variables: Mapping[str, tf.Variable | np.ndarray], output_dir: str,
+                        global_step: int = 0, name: str = "model.ckpt") -> str:
+  """Writes a TF1 name-based checkpoint ``<output_dir>/<name>`` readable by the official code.
+
+  ``global_step`` is stored as an int64 scalar, as the official graphs do. Files are written to
+  a temporary directory and moved into place, the ``checkpoint`` state file last, so a killed
+  process never leaves a state file pointing at a partial checkpoint.
+  Returns the checkpoint prefix.
+  """
+  tf.io.gfile.makedirs(output_dir)
+  var_list = {}
+  for key, value in variables.items():
+    if not isinstance(value, tf.Variable):
+      value = tf.Variable(value, name=key.replace("/", "_"), trainable=False)
+    var_list[key] = value
+  var_list.setdefault("global_step", tf.Variable(np.int64(global_step), dtype=tf.int64,
+                                                 trainable=False, name="global_step"))
+  tmp_dir = tempfile.mkdtemp(prefix=".tmp-tf1-", dir=output_dir)
+  try:
+    saver = tf.compat.v1.train.Saver(var_list=var_list, save_relative_paths=True)
+    saver.save(None, os.path.join(tmp_dir, name), write_meta_graph=False,
+                            write_state=False)
+    prefix = os.path.join(output_dir, name)
+    for fname in os.listdir(tmp_dir):
+      os.replace(os.path.join(tmp_dir, fname), os.path.join(output_dir, fname))
+    state = f'model_checkpoint_path: "{name}"\nall_model_checkpoint_paths: "{name}"\n'
+    tmp_state = os.path.join(tmp_dir, "checkpoint")
+    with open(tmp_state, "w") as f:
+      f.write(state)
+    os.replace(tmp_state, os.path.join(output_dir, "checkpoint"))
+  finally:
+    shutil.rmtree(tmp_dir, ignore_errors=True)
+  return prefix

@@ -1,0 +1,486 @@
+"""Pre-training and fine-tuning hyperparameters: the official names, defaults and derived values.
+
+``PretrainingConfig`` mirrors the official ``configure_pretraining.py`` and ``FinetuningConfig``
+the official ``configure_finetuning.py``, including the order in which defaults, ``--hparams``,
+size / task presets and ``debug`` are applied, so the same ``--hparams`` give the same values.
+``get_bert_config`` / ``get_generator_config`` turn a config into transformer sizes. Other modules
+take plain values from these objects; nothing here builds a model.
+"""
+
+from __future__ import annotations
+
+import copy
+import dataclasses
+import difflib
+import json
+import os
+import string
+import types
+import typing
+from typing import Any
+
+from electra_tf.modeling.bert_config import BertConfig
+
+# Official util/training_utils.get_bert_config: per-size defaults before model_hparam_overrides.
+MODEL_SIZES: dict[str, dict[str, int]] = {
+  "small": {"hidden_size": 256, "num_hidden_layers": 12},
+  "base": {"hidden_size": 768, "num_hidden_layers": 12},
+  "large": {"hidden_size": 1024, "num_hidden_layers": 24},
+}
+# Official PretrainingModel / FinetuningModel shrink the transformer to this when debug is on.
+DEBUG_BERT_SIZES: dict[str, int] = {
+  "num_hidden_layers": 3, "hidden_size": 144, "intermediate_size": 144 * 4,
+  "num_attention_heads": 4,
+}
+
+
+def _type_ok(value: Any, tp: Any) -> bool:
+  """Whether a JSON-ish value fits a field annotation (bool is not an int, an int is a float)."""
+  origin = typing.get_origin(tp)
+  if origin in (typing.Union, types.UnionType):
+    return any(_type_ok(value, arg) for arg in typing.get_args(tp))
+  if tp is Any:
+    return True
+  if tp is type(None):
+    return value is None
+  if tp is bool:
+    return isinstance(value, bool)
+  if tp is int:
+    return isinstance(value, int) and not isinstance(value, bool)
+  if tp is float:
+    return isinstance(value, (int, float)) and not isinstance(value, bool)
+  if origin is list:
+    (item,) = typing.get_args(tp)
+    return isinstance(value, list) and all(_type_ok(v, item) for v in value)
+  if origin is dict:
+    return isinstance(value, dict)
+  return isinstance(value, tp)
+
+
+def _type_name(tp: Any) -> str:
+  if isinstance(tp, type) and not typing.get_args(tp):
+    return tp.__name__
+  return str(tp).replace("typing.", "").replace("NoneType", "None")
+
+
+class _HParams:
+  """Shared machinery: defaults from the dataclass fields, checked ``**kwargs`` updates."""
+
+  # name -> why it cannot be passed in (the official raises "Unknown hparam" for these)
+  _NOT_SETTABLE: typing.ClassVar[dict[str, str]] = {}
+  # hparams that are path templates with this many "{}" slots, exposed as methods
+  _TEMPLATES: typing.ClassVar[dict[str, int]] = {}
+
+  def _set_defaults(self) -> None:
+    for f in dataclasses.fields(self):
+      if f.default_factory is not dataclasses.MISSING:
+        setattr(self, f.name, f.default_factory())
+      else:
+        setattr(self, f.name, f.default)
+
+  @classmethod
+  def _check_kwargs(cls, kwargs: dict[str, Any]) -> None:
+    hints = typing.get_type_hints(cls)
+    names = [f.name for f in dataclasses.fields(cls)] + list(cls._TEMPLATES)
+    for key, value in kwargs.items():
+      if key in cls._NOT_SETTABLE:
+        raise ValueError(f"hparam {key!r} cannot be set: {cls._NOT_SETTABLE[key]}")
+      if key not in names:
+        near = difflib.get_close_matches(key, names, n=1)
+        hint = f" (did you mean {near[0]!r}?)" if near else ""
+        raise ValueError(f"Unknown hparam {key!r} for {cls.__name__}{hint}")
+      if key in cls._TEMPLATES:
+        cls._check_template(key, value)
+      elif not _type_ok(value, hints[key]):
+        raise ValueError(f"hparam {key!r} must be {_type_name(hints[key])}, "
+                         f"got {type(value).__name__} {value!r}")
+
+  @classmethod
+  def _check_template(cls, key: str, value: Any) -> None:
+    n = cls._TEMPLATES[key]
+    try:
+      slots = sum(field is not None for _, field, _, _ in string.Formatter().parse(value))
+      ok = slots == n and bool(value.format(*["x"] * n))
+    except (AttributeError, TypeError, IndexError, KeyError, ValueError):
+      ok = False
+    if not ok:
+      raise ValueError(f"hparam {key!r} must be a path template with {n} '{{}}' slot(s), "
+                       f"got {value!r}")
+
+  def _update(self, kwargs: dict[str, Any]) -> None:
+    for key, value in kwargs.items():
+      if key in self._TEMPLATES:
+        self._templates[key] = value
+      else:
+        setattr(self, key, copy.deepcopy(value))
+
+  def _check_model_size(self) -> None:
+    if self.model_size not in MODEL_SIZES:
+      raise ValueError(f"Unknown model_size {self.model_size!r}; expected one of "
+                       f"{', '.join(MODEL_SIZES)}")
+
+  def to_dict(self) -> dict[str, Any]:
+    """Every hparam after construction (path templates as format strings)."""
+    d = {f.name: copy.deepcopy(getattr(self, f.name)) for f in dataclasses.fields(self)}
+    d.update(getattr(self, "_templates", {}))
+    return d
+
+  def to_json(self) -> str:
+    return json.dumps(self.to_dict(), indent=2, sort_keys=True)
+
+  def __eq__(self, other: object) -> bool:
+    return type(other) is type(self) and other.to_dict() == self.to_dict()
+
+
+@dataclasses.dataclass(init=False, eq=False)
+class PretrainingConfig(_HParams):
+  """Pre-training hparams; names, defaults and presets of the official ``configure_pretraining``.
+
+  ``PretrainingConfig(model_name, data_dir, **hparams)``. Order as in the official code: defaults
+  and paths under ``data_dir``; hparams; ``max_predictions_per_seq``; ``debug`` shrinking;
+  ``model_size == "small"`` -> ``embedding_size = 128``; ``electric_objective`` ->
+  ``two_tower_generator``; hparams again (so they beat every preset). ``seed`` is ours: ``None``
+  keeps the official nondeterminism, an int makes masking, sampling, dropout and shuffling
+  repeatable.
+  """
+
+  _NOT_SETTABLE: typing.ClassVar[dict[str, str]] = {
+    "max_predictions_per_seq":
+      "it is int((mask_prob + 0.005) * max_seq_length); set mask_prob / max_seq_length",
+  }
+
+  model_name: str = ""
+  debug: bool = False  # tiny batches and few steps (the transformer shrinks in get_bert_config)
+  do_train: bool = True
+  do_eval: bool = False  # evaluate generator / discriminator on unlabeled data
+  # losses: ELECTRA, Electric, or (both False) a BERT-style masked LM
+  electra_objective: bool = True
+  electric_objective: bool = False
+  gen_weight: float = 1.0  # generator (MLM) loss weight
+  disc_weight: float = 50.0  # discriminator loss weight
+  mask_prob: float = 0.15  # fraction of tokens masked / replaced
+  # optimization
+  learning_rate: float = 5e-4
+  lr_decay_power: float = 1.0  # 1.0 = linear decay
+  weight_decay_rate: float = 0.01
+  num_warmup_steps: int = 10000
+  # training loop
+  iterations_per_loop: int = 200
+  save_checkpoints_steps: int = 1000
+  num_train_steps: int = 1000000
+  num_eval_steps: int = 100
+  keep_checkpoint_max: int | None = 5  # 0 or None keeps every checkpoint
+  # model
+  model_size: str = "small"  # small | base | large
+  model_hparam_overrides: dict[str, Any] = dataclasses.field(default_factory=dict)
+  embedding_size: int | None = None  # None: the hidden size
+  vocab_size: int = 30522
+  do_lower_case: bool = True
+  # generator
+  uniform_generator: bool = False  # sample replacements uniformly at random
+  two_tower_generator: bool = False  # Electric's two-tower cloze generator
+  untied_generator_embeddings: bool = False
+  untied_generator: bool = True  # False: generator and discriminator share every weight
+  generator_layers: float = 1.0  # fraction of discriminator layers
+  generator_hidden_size: float = 0.25  # fraction of discriminator hidden size
+  disallow_correct: bool = False  # never sample the original token
+  temperature: float = 1.0  # generator sampling temperature
+  # batch sizes
+  max_seq_length: int = 128
+  train_batch_size: int = 128
+  eval_batch_size: int = 128
+  # TPU settings (accepted for --hparams compatibility)
+  use_tpu: bool = False
+  num_tpu_cores: int = 1
+  tpu_job_name: str | None = None
+  tpu_name: str | None = None
+  tpu_zone: str | None = None
+  gcp_project: str | None = None
+  # locations, by default under data_dir
+  pretrain_tfrecords: str = ""  # glob or comma-separated files
+  vocab_file: str = ""
+  model_dir: str = ""
+  results_txt: str = ""
+  results_pkl: str = ""
+  # derived
+  max_predictions_per_seq: int = 0
+  # ours: None = nondeterministic like the official code
+  seed: int | None = None
+
+  def __init__(self, model_name: str, data_dir: str, **kwargs: Any):
+    self._check_kwargs(kwargs)
+    self._set_defaults()
+    self.model_name = model_name
+    self.pretrain_tfrecords = os.path.join(data_dir, "pretrain_tfrecords/pretrain_data.tfrecord*")
+    self.vocab_file = os.path.join(data_dir, "vocab.txt")
+    self.model_dir = os.path.join(data_dir, "models", model_name)
+    results_dir = os.path.join(self.model_dir, "results")
+    self.results_txt = os.path.join(results_dir, "unsup_results.txt")
+    self.results_pkl = os.path.join(results_dir, "unsup_results.pkl")
+    self._update(kwargs)
+
+    self.max_predictions_per_seq = int((self.mask_prob + 0.005) * self.max_seq_length)
+    if self.debug:
+      self.train_batch_size = 8
+      self.num_train_steps = 20
+      self.eval_batch_size = 4
+      self.iterations_per_loop = 1
+      self.num_eval_steps = 2
+    # The official code sets only the small preset; its base/large values are a comment there
+    # (they are in configs/electra_{base,large}.json here).
+    if self.model_size == "small":
+      self.embedding_size = 128
+    if self.electric_objective:
+      self.two_tower_generator = True
+    self._update(kwargs)
+    self._check_model_size()
+
+
+@dataclasses.dataclass(init=False, eq=False)
+class FinetuningConfig(_HParams):
+  """Fine-tuning hparams; names, defaults and presets of the official ``configure_finetuning``.
+
+  ``FinetuningConfig(model_name, data_dir, **hparams)``. Order as in the official code: defaults
+  and paths (from the ``task_names`` hparam); hparams; single-task presets (rte/sts: 10 epochs;
+  a task name containing "squad" or "qa": 512 tokens, 2 epochs, no test outputs; chunk: 256
+  tokens; other: 3 epochs); size presets (large: lr 5e-5, layerwise_lr_decay 0.9; small:
+  embedding_size 128); ``debug``; hparams again. Path templates are methods:
+  ``raw_data_dir(task)``, ``qa_eval_file(task)``, ``qa_preds_file(task)``, ``qa_na_file(task)``,
+  ``test_predictions(task, split, trial)``; as hparams they take format strings (``raw_data_dir``
+  also a parent folder). ``seed`` is ours (trial ``t`` can use ``seed + t``).
+  """
+
+  _TEMPLATES: typing.ClassVar[dict[str, int]] = {
+    "raw_data_dir": 1, "qa_eval_file": 1, "qa_preds_file": 1, "qa_na_file": 1,
+    "test_predictions": 3,
+  }
+
+  # general
+  model_name: str = ""
+  debug: bool = False
+  log_examples: bool = False  # print some train examples
+  num_trials: int = 1  # train+eval runs (< 0: forever)
+  do_train: bool = True
+  do_eval: bool = True
+  keep_all_models: bool = True  # False: keep only the last trial's checkpoint
+  # model
+  model_size: str = "small"  # small | base | large
+  task_names: list[str] = dataclasses.field(default_factory=lambda: ["chunk"])
+  model_hparam_overrides: dict[str, Any] = dataclasses.field(default_factory=dict)
+  embedding_size: int | None = None  # None: the hidden size
+  vocab_size: int = 30522
+  do_lower_case: bool = True
+  # training
+  learning_rate: float = 1e-4
+  weight_decay_rate: float = 0.01
+  layerwise_lr_decay: float = 0.8  # > 0: layer lr = lr * decay^(depth from the top)
+  num_train_epochs: float = 3.0
+  warmup_proportion: float = 0.1
+  save_checkpoints_steps: int = 1000000
+  iterations_per_loop: int = 1000
+  use_tfrecords_if_existing: bool = True  # reuse featurized TFRecords when present
+  # writing outputs
+  write_test_outputs: bool = False  # GLUE and SQuAD 2.0 test-set predictions
+  n_writes_test: int = 5  # for the first n trials
+  # sizing
+  max_seq_length: int = 128
+  train_batch_size: int = 32
+  eval_batch_size: int = 32
+  predict_batch_size: int = 32
+  double_unordered: bool = True  # train symmetric pair tasks on both orders
+  # QA
+  max_query_length: int = 64
+  doc_stride: int = 128
+  n_best_size: int = 20
+  max_answer_length: int = 30
+  answerable_classifier: bool = True  # SQuAD 2.0
+  answerable_uses_start_logits: bool = True
+  answerable_weight: float = 0.5
+  joint_prediction: bool = True  # predict start and end jointly
+  beam_size: int = 20
+  qa_na_threshold: float = -2.75  # "no answer" threshold for SQuAD 2.0 test outputs
+  # TPU settings (accepted for --hparams compatibility)
+  use_tpu: bool = False
+  num_tpu_cores: int = 1
+  tpu_job_name: str | None = None
+  tpu_name: str | None = None
+  tpu_zone: str | None = None
+  gcp_project: str | None = None
+  # locations, by default under data_dir (templates are methods, see the class docstring)
+  data_dir: str = ""
+  vocab_file: str = ""
+  init_checkpoint: str | None = None
+  model_dir: str = ""
+  results_txt: str = ""
+  results_pkl: str = ""
+  preprocessed_data_dir: str = ""
+  # ours: None = nondeterministic like the official code
+  seed: int | None = None
+
+  def __init__(self, model_name: str, data_dir: str, **kwargs: Any):
+    self._check_kwargs(kwargs)
+    self._set_defaults()
+    self.model_name = model_name
+    self.data_dir = data_dir
+    model_home = os.path.join(data_dir, "models", model_name)
+    self.vocab_file = os.path.join(model_home, "vocab.txt")
+    if not _exists(self.vocab_file):
+      self.vocab_file = os.path.join(data_dir, "vocab.txt")
+    tasks_str = ",".join(kwargs.get("task_names", self.task_names))
+    # self.debug is still the default here, as in the official code: debug neither clears
+    # init_checkpoint nor adds "-debug" to preprocessed_data_dir unless set explicitly.
+    self.init_checkpoint = None if self.debug else model_home
+    self.model_dir = os.path.join(model_home, "finetuning_models", tasks_str + "_model")
+    results_dir = os.path.join(model_home, "results")
+    self.results_txt = os.path.join(results_dir, tasks_str + "_results.txt")
+    self.results_pkl = os.path.join(results_dir, tasks_str + "_results.pkl")
+    qa_dir = os.path.join(results_dir, tasks_str + "_qa")
+    self.preprocessed_data_dir = os.path.join(
+      model_home, "finetuning_tfrecords",
+      tasks_str + "_tfrecords" + ("-debug" if self.debug else ""))
+    self._templates = {
+      "raw_data_dir": os.path.join(data_dir, "finetuning_data", "{:}"),
+      "qa_eval_file": os.path.join(qa_dir, "{:}_eval.json"),
+      "qa_preds_file": os.path.join(qa_dir, "{:}_preds.json"),
+      "qa_na_file": os.path.join(qa_dir, "{:}_null_odds.json"),
+      "test_predictions": os.path.join(model_home, "test_predictions",
+                                       "{:}_{:}_{:}_predictions.pkl"),
+    }
+    self._update(kwargs)
+
+    if len(self.task_names) == 1:
+      task = self.task_names[0]
+      if task in ("rte", "sts"):
+        self.num_train_epochs = 10.0
+      elif "squad" in task or "qa" in task:
+        # (the official also sets write_distill_outputs = False; nothing reads it)
+        self.max_seq_length = 512
+        self.num_train_epochs = 2.0
+        self.write_test_outputs = False
+      elif task == "chunk":
+        self.max_seq_length = 256
+      else:
+        self.num_train_epochs = 3.0
+    if self.model_size == "large":
+      self.learning_rate = 5e-5
+      self.layerwise_lr_decay = 0.9
+    elif self.model_size == "small":
+      self.embedding_size = 128
+    if self.debug:
+      self.save_checkpoints_steps = 1000000
+      self.use_tfrecords_if_existing = False
+      self.num_trials = 1
+      self.iterations_per_loop = 1
+      self.train_batch_size = 32
+      self.num_train_epochs = 3.0
+      self.log_examples = True
+    self._update(kwargs)
+    self._check_model_size()
+    if not self.task_names:
+      raise ValueError("task_names must name at least one task")
+
+  @classmethod
+  def _check_template(cls, key: str, value: Any) -> None:
+    if key == "raw_data_dir" and isinstance(value, str) and "{" not in value:
+      return  # a parent folder; see _update
+    super()._check_template(key, value)
+
+  def _update(self, kwargs: dict[str, Any]) -> None:
+    raw = kwargs.get("raw_data_dir")
+    if isinstance(raw, str) and "{" not in raw:
+      kwargs = {**kwargs, "raw_data_dir": os.path.join(raw, "{:}")}
+    super()._update(kwargs)
+
+  def raw_data_dir(self, task_name: str) -> str:
+    """Folder with the task's raw train/dev/test files."""
+    return self._templates["raw_data_dir"].format(task_name)
+
+  def qa_eval_file(self, task_name: str) -> str:
+    return self._templates["qa_eval_file"].format(task_name)
+
+  def qa_preds_file(self, task_name: str) -> str:
+    return self._templates["qa_preds_file"].format(task_name)
+
+  def qa_na_file(self, task_name: str) -> str:
+    return self._templates["qa_na_file"].format(task_name)
+
+  def test_predictions(self, task_name: str, split: str, trial: int) -> str:
+    return self._templates["test_predictions"].format(task_name, split, trial)
+
+
+def _exists(path: str) -> bool:
+  if "://" in path:  # gs:// and friends need TensorFlow's file system
+    import tensorflow as tf
+
+    return tf.io.gfile.exists(path)
+  return os.path.exists(path)
+
+
+def get_bert_config(config: PretrainingConfig | FinetuningConfig) -> BertConfig:
+  """Discriminator / fine-tuning encoder sizes (official ``training_utils.get_bert_config``).
+
+  Size preset, ``vocab_size``, ``model_hparam_overrides``; heads = max(1, hidden // 64) and
+  intermediate = 4 * hidden unless overridden. With ``debug`` the official model classes then
+  shrink it to DEBUG_BERT_SIZES; that happens here so every caller sees the same sizes.
+  """
+  if config.model_size not in MODEL_SIZES:
+    raise ValueError(f"Unknown model_size {config.model_size!r}")
+  args: dict[str, Any] = dict(MODEL_SIZES[config.model_size], vocab_size=config.vocab_size)
+  args.update(config.model_hparam_overrides)
+  args["num_attention_heads"] = max(1, args["hidden_size"] // 64)
+  args["intermediate_size"] = 4 * args["hidden_size"]
+  args.update(config.model_hparam_overrides)
+  if config.debug:
+    args.update(DEBUG_BERT_SIZES)
+  try:
+    return BertConfig.from_dict(args)
+  except (TypeError, ValueError) as e:
+    raise ValueError(f"model_hparam_overrides: {e}") from None
+
+
+def get_generator_config(config: PretrainingConfig, bert_config: BertConfig) -> BertConfig:
+  """Generator sizes (official ``run_pretraining.get_generator_config``).
+
+  hidden = int(round(H * generator_hidden_size)) (Python 3 round: half to even), layers =
+  int(round(L * generator_layers)), intermediate = 4 * hidden, heads = max(1, hidden // 64);
+  everything else as the discriminator.
+  """
+  hidden = int(round(bert_config.hidden_size * config.generator_hidden_size))
+  layers = int(round(bert_config.num_hidden_layers * config.generator_layers))
+  if hidden < 1 or layers < 1:
+    raise ValueError(f"generator would have hidden size {hidden} and {layers} layers; raise "
+                     "generator_hidden_size / generator_layers")
+  return bert_config.replace(hidden_size=hidden, num_hidden_layers=layers,
+                             intermediate_size=4 * hidden,
+                             num_attention_heads=max(1, hidden // 64))
+
+
+def load_hparams(hparams: str | dict[str, Any] | None) -> dict[str, Any]:
+  """``--hparams`` as the official scripts read it: a value ending in ``.json`` is a file,
+  anything else a JSON object literal; a dict is copied, None or blank means no hparams."""
+  if hparams is None:
+    return {}
+  if isinstance(hparams, dict):
+    return copy.deepcopy(hparams)
+  if not isinstance(hparams, str):
+    raise ValueError(f"hparams must be a JSON string, a .json path or a dict, got "
+                     f"{type(hparams).__name__}")
+  if hparams.strip().endswith(".json"):
+    path = hparams.strip()
+    try:
+      with open(path) as f:
+        text = f.read()
+    except OSError as e:
+      raise ValueError(f"cannot read hparams file {path}: {e.strerror}") from None
+    source = f"hparams file {path}"
+  else:
+    if not hparams.strip():
+      return {}
+    text, source = hparams, "--hparams"
+  try:
+    value = json.loads(text)
+  except json.JSONDecodeError as e:
+    raise ValueError(f"{source} is not valid JSON: {e}") from None
+  if not isinstance(value, dict):
+    raise ValueError(f"{source} must be a JSON object, got {type(value).__name__}")
+  return value

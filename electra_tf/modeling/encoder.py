@@ -1,0 +1,228 @@
+"""The ELECTRA transformer (BERT's encoder) with the official TF1 variable layout.
+
+One ``Transformer`` is one official ``modeling.BertModel``: scope ``electra`` for the
+discriminator / fine-tuning encoder, ``generator`` for the ELECTRA generator,
+``generator_ltr`` / ``generator_rtl`` for Electric's two towers. Word, token-type and position
+tables plus their LayerNorm live in an ``Embeddings`` layer that towers may share (tied
+generator embeddings read ``electra/embeddings/*``).
+
+Shapes: B batch, T sequence, E embedding size, H hidden size, L layers, N heads.
+"""
+
+from __future__ import annotations
+
+import math
+
+import tensorflow as tf
+import tf_keras
+
+from electra_tf.modeling.bert_config import BertConfig
+from electra_tf.modeling.layers import (
+  Dense,
+  LayerNorm,
+  ScopedLayer,
+  get_activation,
+  truncated_normal,
+)
+
+ATTENTION_TYPES = ("bidirectional", "ltr", "rtl")
+
+
+class Embeddings(ScopedLayer):
+  """Word + token-type + position embeddings, LayerNorm, dropout (``<scope>``/embeddings).
+
+  Variables: ``word_embeddings`` [V, E], ``token_type_embeddings`` [type_vocab, E],
+  ``position_embeddings`` [max_positions, E], ``LayerNorm/{beta,gamma}`` [E].
+  """
+
+  def __init__(self, vocab_size: int, embedding_size: int, type_vocab_size: int = 2,
+               max_position_embeddings: int = 512, initializer_range: float = 0.02,
+               dropout_rate: float = 0.1, scope: str = "electra/embeddings", **kwargs):
+    super().__init__(scope, **kwargs)
+    self.vocab_size = vocab_size
+    self.embedding_size = embedding_size
+    self.type_vocab_size = type_vocab_size
+    self.max_position_embeddings = max_position_embeddings
+    self.initializer_range = initializer_range
+    self.layer_norm = LayerNorm(scope + "/LayerNorm")
+    self.dropout = tf_keras.layers.Dropout(dropout_rate)
+
+  def build(self, input_shape=None):
+    init = lambda: truncated_normal(self.initializer_range)  # a fresh instance per variable
+    e = self.embedding_size
+    self.word_embeddings = self.scoped_weight("word_embeddings", [self.vocab_size, e], init())
+    self.token_type_embeddings = self.scoped_weight(
+        "token_type_embeddings", [self.type_vocab_size, e], init())
+    self.position_embeddings = self.scoped_weight(
+        "position_embeddings", [self.max_position_embeddings, e], init())
+    self.layer_norm.build([None, None, e])
+    super().build(input_shape)
+
+  def call(self, input_ids: tf.Tensor, segment_ids: tf.Tensor,
+           training: bool = False) -> tuple[tf.Tensor, tf.Tensor]:
+    """[B, T] ids -> (token_embeddings [B, T, E], postprocessed [B, T, E])."""
+    token_embeddings = tf.gather(self.word_embeddings, input_ids)
+    seq_length = tf.shape(input_ids)[1]
+    tf.debugging.assert_less_equal(
+        seq_length, self.max_position_embeddings,
+        message="sequence longer than max_position_embeddings")
+    x = token_embeddings + tf.gather(self.token_type_embeddings, segment_ids)
+    x += tf.expand_dims(self.position_embeddings[:seq_length], 0)
+    x = self.dropout(self.layer_norm(x), training=training)
+    return token_embeddings, x
+
+
+class TransformerBlock(ScopedLayer):
+  """One official ``layer_i``: self-attention + output, intermediate, output (post-LN)."""
+
+  def __init__(self, config: BertConfig, scope: str, **kwargs):
+    super().__init__(scope, **kwargs)
+    h = config.hidden_size
+    init = lambda: truncated_normal(config.initializer_range)  # a fresh instance per variable
+    if h % config.num_attention_heads:
+      raise ValueError(f"hidden_size {h} is not a multiple of num_attention_heads "
+                       f"{config.num_attention_heads}")
+    self.num_heads = config.num_attention_heads
+    self.head_size = h // config.num_attention_heads
+    self.query = Dense(h, scope + "/attention/self/query", kernel_initializer=init())
+    self.key = Dense(h, scope + "/attention/self/key", kernel_initializer=init())
+    self.value = Dense(h, scope + "/attention/self/value", kernel_initializer=init())
+    self.attention_output = Dense(h, scope + "/attention/output/dense", kernel_initializer=init())
+    self.attention_norm = LayerNorm(scope + "/attention/output/LayerNorm")
+    self.intermediate = Dense(config.intermediate_size, scope + "/intermediate/dense",
+                              activation=get_activation(config.hidden_act),
+                              kernel_initializer=init())
+    self.output_dense = Dense(h, scope + "/output/dense", kernel_initializer=init())
+    self.output_norm = LayerNorm(scope + "/output/LayerNorm")
+    self.attention_dropout = tf_keras.layers.Dropout(config.attention_probs_dropout_prob)
+    self.hidden_dropout = tf_keras.layers.Dropout(config.hidden_dropout_prob)
+    self.hidden_size = h
+    self.intermediate_size = config.intermediate_size
+
+  def build(self, input_shape=None):
+    h, i = self.hidden_size, self.intermediate_size
+    for layer, dim in ((self.query, h), (self.key, h), (self.value, h),
+                       (self.attention_output, h), (self.attention_norm, h),
+                       (self.intermediate, h), (self.output_dense, i), (self.output_norm, h)):
+      layer.build([None, dim])
+    super().build(input_shape)
+
+  def _split_heads(self, x: tf.Tensor, batch: tf.Tensor, seq: tf.Tensor) -> tf.Tensor:
+    """[B, T, H] -> [B, N, T, H/N]."""
+    x = tf.reshape(x, [batch, seq, self.num_heads, self.head_size])
+    return tf.transpose(x, [0, 2, 1, 3])
+
+  def call(self, x: tf.Tensor, attention_adder: tf.Tensor, training: bool = False) -> tf.Tensor:
+    """x [B, T, H], attention_adder [B, 1, T or 1, T] (0 or -10000) -> [B, T, H]."""
+    batch, seq = tf.shape(x)[0], tf.shape(x)[1]
+    q = self._split_heads(self.query(x), batch, seq)
+    k = self._split_heads(self.key(x), batch, seq)
+    v = self._split_heads(self.value(x), batch, seq)
+    # Scale after the matmul, as the official graph does (bit-level parity).
+    scores = tf.matmul(q, k, transpose_b=True) * (1.0 / math.sqrt(float(self.head_size)))
+    scores = tf.cast(scores, tf.float32) + attention_adder
+    probs = tf.cast(tf.nn.softmax(scores), x.dtype)
+    probs = self.attention_dropout(probs, training=training)
+    context = tf.transpose(tf.matmul(probs, v), [0, 2, 1, 3])  # [B, T, N, H/N]
+    context = tf.reshape(context, [batch, seq, self.hidden_size])
+    attention = self.hidden_dropout(self.attention_output(context), training=training)
+    attention = self.attention_norm(attention + x)
+    out = self.output_dense(self.intermediate(attention))
+    out = self.hidden_dropout(out, training=training)
+    return self.output_norm(out + attention)
+
+
+def attention_adder(input_mask: tf.Tensor, attention_type: str = "bidirectional") -> tf.Tensor:
+  """Additive attention bias from a [B, T] padding mask: 0 where attended, -10000 elsewhere.
+
+  Returns [B, 1, 1, T] (bidirectional) or [B, 1, T, T] with Electric's causal masks: ``ltr``
+  lets position t see positions <= t (lower triangle), ``rtl`` positions >= t.
+  """
+  mask = tf.cast(input_mask, tf.float32)[:, tf.newaxis, tf.newaxis, :]  # [B, 1, 1, T]
+  if attention_type != "bidirectional":
+    seq = tf.shape(input_mask)[1]
+    ones = tf.ones([seq, seq], tf.float32)
+    causal = (tf.linalg.band_part(ones, -1, 0) if attention_type == "ltr"
+              else tf.linalg.band_part(ones, 0, -1))
+    mask = mask * causal[tf.newaxis, tf.newaxis]
+  return (1.0 - mask) * -10000.0
+
+
+class Transformer(tf_keras.layers.Layer):
+  """One official ``BertModel`` tower under scope ``scope``.
+
+  Args:
+    config: the tower's sizes (``hidden_size`` H, ``num_hidden_layers`` L, ...).
+    embedding_size: E; when E != H a ``<scope>/embeddings_project`` dense [E, H] is added.
+      Ignored when ``embeddings`` is given (its width is used).
+    embeddings: a shared ``Embeddings`` layer (tied embeddings); by default the tower owns
+      one at ``<scope>/embeddings``.
+    attention_type: ``bidirectional``, or ``ltr`` / ``rtl`` for Electric's towers.
+    scope: ``electra``, ``generator``, ``generator_ltr``, ``generator_rtl``.
+  """
+
+  def __init__(self, config: BertConfig, embedding_size: int | None = None,
+               embeddings: Embeddings | None = None, attention_type: str = "bidirectional",
+               scope: str = "electra", **kwargs):
+    super().__init__(name=scope, **kwargs)
+    if attention_type not in ATTENTION_TYPES:
+      raise ValueError(f"attention_type must be one of {ATTENTION_TYPES}, got {attention_type!r}")
+    self.config = config
+    self.scope = scope
+    self.attention_type = attention_type
+    if embeddings is None:
+      embeddings = Embeddings(
+          config.vocab_size, embedding_size or config.hidden_size, config.type_vocab_size,
+          config.max_position_embeddings, config.initializer_range, config.hidden_dropout_prob,
+          scope=scope + "/embeddings")
+    self.embeddings = embeddings
+    self.embedding_size = embeddings.embedding_size
+    self.embeddings_project = None
+    if self.embedding_size != config.hidden_size:
+      self.embeddings_project = Dense(config.hidden_size, scope + "/embeddings_project")
+    self.blocks = [TransformerBlock(config, f"{scope}/encoder/layer_{i}")
+                   for i in range(config.num_hidden_layers)]
+
+  def build(self, input_shape=None):
+    if not self.embeddings.built:
+      self.embeddings.build(None)
+    if self.embeddings_project is not None:
+      self.embeddings_project.build([None, self.embedding_size])
+    for block in self.blocks:
+      block.build(None)
+    super().build(input_shape)
+
+  @property
+  def embedding_table(self) -> tf.Variable:
+    """The word-embedding table [V, E] this tower reads (tied output layers use it)."""
+    return self.embeddings.word_embeddings
+
+  def call(self, input_ids: tf.Tensor, input_mask: tf.Tensor, segment_ids: tf.Tensor,
+           training: bool = False) -> dict[str, tf.Tensor]:
+    """Runs the tower.
+
+    Args:
+      input_ids, input_mask, segment_ids: int32 [B, T].
+    Returns:
+      dict with ``token_embeddings`` [B, T, E] (raw lookup), ``embedding_postprocessed``
+      [B, T, E] (+ type/position, LayerNorm), ``embedding_output`` [B, T, H] (after the
+      projection; the transformer input), ``all_layer_outputs`` [L, B, T, H] and
+      ``sequence_output`` [B, T, H].
+    """
+    token_embeddings, x = self.embeddings(input_ids, segment_ids, training=training)
+    postprocessed = x
+    if self.embeddings_project is not None:
+      x = self.embeddings_project(x)
+    embedding_output = x
+    adder = attention_adder(input_mask, self.attention_type)
+    layers = []
+    for block in self.blocks:
+      x = block(x, adder, training=training)
+      layers.append(x)
+    return {
+        "token_embeddings": token_embeddings,
+        "embedding_postprocessed": postprocessed,
+        "embedding_output": embedding_output,
+        "all_layer_outputs": tf.stack(layers, 0),
+        "sequence_output": x,
+    }

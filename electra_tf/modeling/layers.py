@@ -1,0 +1,112 @@
+"""Dense / LayerNorm building blocks whose variables carry absolute TF1 names.
+
+Keras names variables after the name scopes active when a layer is first called, which
+depends on who calls it first (the generator runs before the discriminator, yet both read
+``electra/embeddings``). These layers instead create their variables under an explicit,
+absolute scope such as ``electra/encoder/layer_0/attention/self/query``, so the TF2 variable
+name is the official checkpoint key whatever the call order or the enclosing model.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable
+
+import tensorflow as tf
+import tf_keras
+
+
+def gelu(x: tf.Tensor) -> tf.Tensor:
+  """Exact (erf) GELU, as the official ELECTRA ``modeling.gelu`` (not the tanh form)."""
+  return x * 0.5 * (1.0 + tf.math.erf(x / tf.cast(math.sqrt(2.0), x.dtype)))
+
+
+_ACTIVATIONS: dict[str, Callable[[tf.Tensor], tf.Tensor] | None] = {
+    "linear": None,
+    "relu": tf.nn.relu,
+    "gelu": gelu,
+    "tanh": tf.tanh,
+}
+
+
+def get_activation(name: str | None) -> Callable[[tf.Tensor], tf.Tensor] | None:
+  """Maps the official ``hidden_act`` strings to functions (None = identity)."""
+  if not name:
+    return None
+  key = name.lower()
+  if key not in _ACTIVATIONS:
+    raise ValueError(f"Unsupported hidden_act {name!r}; known: {', '.join(sorted(_ACTIVATIONS))}")
+  return _ACTIVATIONS[key]
+
+
+def truncated_normal(stddev: float) -> tf_keras.initializers.Initializer:
+  """The official ``create_initializer``: truncated normal with the given stddev."""
+  return tf_keras.initializers.TruncatedNormal(stddev=stddev)
+
+
+class ScopedLayer(tf_keras.layers.Layer):
+  """A layer that creates its variables under the absolute TF1 scope ``scope``."""
+
+  def __init__(self, scope: str, **kwargs):
+    super().__init__(name=scope.replace("/", "."), **kwargs)
+    self.scope = scope
+
+  def scoped_weight(self, name: str, shape, initializer, dtype=None) -> tf.Variable:
+    with tf.name_scope(self.scope + "/"):
+      return self.add_weight(name, shape=shape, initializer=initializer,
+                             dtype=dtype or self.variable_dtype, trainable=True)
+
+
+class Dense(ScopedLayer):
+  """``tf.layers.dense`` equivalent: ``<scope>/kernel`` [in, units], ``<scope>/bias`` [units].
+
+  The default kernel initializer is glorot-uniform, as ``tf.layers.dense`` without one.
+  """
+
+  def __init__(self, units: int, scope: str, activation: str | Callable | None = None,
+               kernel_initializer=None, **kwargs):
+    super().__init__(scope, **kwargs)
+    self.units = units
+    self.activation = get_activation(activation) if isinstance(activation, str) else activation
+    self.kernel_initializer = kernel_initializer or tf_keras.initializers.GlorotUniform()
+
+  def build(self, input_shape):
+    in_dim = int(input_shape[-1])
+    self.kernel = self.scoped_weight("kernel", [in_dim, self.units], self.kernel_initializer)
+    self.bias = self.scoped_weight("bias", [self.units], "zeros")
+    super().build(input_shape)
+
+  def call(self, x: tf.Tensor) -> tf.Tensor:
+    """[..., in] -> [..., units]."""
+    y = tf.matmul(tf.reshape(x, [-1, tf.shape(x)[-1]]), self.kernel)
+    y = tf.nn.bias_add(y, self.bias)
+    y = tf.reshape(y, tf.concat([tf.shape(x)[:-1], [self.units]], 0))
+    if self.activation is not None:
+      y = self.activation(y)
+    return y
+
+
+class LayerNorm(ScopedLayer):
+  """``contrib.layers.layer_norm`` over the last axis (eps 1e-12): ``LayerNorm/{beta,gamma}``.
+
+  Statistics are computed in float32 even under mixed precision (epsilon 1e-12 underflows in
+  float16).
+  """
+
+  def __init__(self, scope: str, epsilon: float = 1e-12, **kwargs):
+    super().__init__(scope, **kwargs)
+    self.epsilon = epsilon
+
+  def build(self, input_shape):
+    dim = int(input_shape[-1])
+    self.beta = self.scoped_weight("beta", [dim], "zeros")
+    self.gamma = self.scoped_weight("gamma", [dim], "ones")
+    super().build(input_shape)
+
+  def call(self, x: tf.Tensor) -> tf.Tensor:
+    """[..., dim] -> [..., dim]."""
+    x32 = tf.cast(x, tf.float32)
+    mean, variance = tf.nn.moments(x32, axes=[-1], keepdims=True)
+    y = tf.nn.batch_normalization(x32, mean, variance, tf.cast(self.beta, tf.float32),
+                                  tf.cast(self.gamma, tf.float32), self.epsilon)
+    return tf.cast(y, x.dtype)

@@ -1,0 +1,33 @@
+"""Shared test fixtures: where ../shared lives, and quiet TensorFlow."""
+
+import os
+import pathlib
+
+os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+os.environ.setdefault("TF_USE_LEGACY_KERAS", "1")
+
+import pytest  # noqa: E402
+
+REPO_ROOT = pathlib.Path(__file__).resolve().parents[1]
+SHARED = pathlib.Path(os.environ.get("ELECTRA_SHARED", REPO_ROOT.parent / "shared"))
+REFERENCE = SHARED / "reference"
+DATA = SHARED / "data"
+
+
+@pytest.fixture(scope="session")
+def reference_dir() -> pathlib.Path:
+  if not REFERENCE.is_dir():
+    pytest.fail(f"reference data not found at {REFERENCE} (set ELECTRA_SHARED)")
+  return REFERENCE
+
+
+@pytest.fixture(scope="session")
+def data_dir() -> pathlib.Path:
+  if not DATA.is_dir():
+    pytest.fail(f"shared data not found at {DATA} (set ELECTRA_SHARED)")
+  return DATA
+
+
+@pytest.fixture(scope="session")
+def vocab_file(reference_dir) -> str:
+  return str(reference_dir / "vocab.txt")
