@@ -1,0 +1,149 @@
+"""Fixed-length model features: specs, ``tf.train.Example`` records, TFRecord files and caching.
+
+A multi-task record carries every feature of every task in the run (the official layout):
+the shared ``input_ids``/``input_mask``/``segment_ids`` [max_seq_length] and ``task_id`` [],
+plus each task's ``<task>_*`` features, zeros where a record belongs to another task.
+Integer features are stored as int64 and decoded to int32 (official ``_decode_tfrecord``).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import os
+from collections.abc import Iterable, Mapping, Sequence
+from typing import Any
+
+import numpy as np
+import tensorflow as tf
+
+
+@dataclasses.dataclass(frozen=True)
+class FeatureSpec:
+  """One fixed-length feature: ``shape`` () for scalars, (max_seq_length,) for sequences."""
+
+  name: str
+  shape: tuple[int, ...] = ()
+  is_int: bool = True
+
+  def parsing_spec(self) -> tf.io.FixedLenFeature:
+    return tf.io.FixedLenFeature(list(self.shape), tf.int64 if self.is_int else tf.float32)
+
+  def default(self) -> np.ndarray:
+    return np.zeros(self.shape, np.int64 if self.is_int else np.float32)
+
+
+def shared_feature_specs(max_seq_length: int) -> list[FeatureSpec]:
+  """Inputs every task has: token ids, attention mask, segment ids [max_seq_length], task id []."""
+  return [
+      FeatureSpec("input_ids", (max_seq_length,)),
+      FeatureSpec("input_mask", (max_seq_length,)),
+      FeatureSpec("segment_ids", (max_seq_length,)),
+      FeatureSpec("task_id", ()),
+  ]
+
+
+def all_feature_specs(tasks: Sequence[Any], max_seq_length: int) -> list[FeatureSpec]:
+  """Shared specs, then each task's ``feature_specs()`` in task order; names must be unique."""
+  specs = shared_feature_specs(max_seq_length)
+  for task in tasks:
+    specs += task.feature_specs()
+  names = [s.name for s in specs]
+  dupes = sorted({n for n in names if names.count(n) > 1})
+  if dupes:
+    raise ValueError(f"Duplicate feature name(s) across tasks: {', '.join(dupes)}")
+  return specs
+
+
+def to_tf_example(features: Mapping[str, Any], specs: Sequence[FeatureSpec]) -> tf.train.Example:
+  """Builds one record; features missing from ``features`` get the spec's zeros."""
+  by_name = {s.name: s for s in specs}
+  unknown = sorted(set(features) - set(by_name))
+  if unknown:
+    raise ValueError(f"Unknown feature(s) {', '.join(unknown)}; known: {', '.join(by_name)}")
+  feature_map = {}
+  for spec in specs:
+    values = np.asarray(features.get(spec.name, spec.default())).reshape(-1)
+    expected = int(np.prod(spec.shape)) if spec.shape else 1
+    if values.size != expected:
+      raise ValueError(f"Feature {spec.name} has {values.size} values, expected {expected}")
+    if spec.is_int:
+      feature_map[spec.name] = tf.train.Feature(
+          int64_list=tf.train.Int64List(value=[int(v) for v in values]))
+    else:
+      feature_map[spec.name] = tf.train.Feature(
+          float_list=tf.train.FloatList(value=[float(v) for v in values]))
+  return tf.train.Example(features=tf.train.Features(feature=feature_map))
+
+
+def parsing_spec(specs: Sequence[FeatureSpec]) -> dict[str, tf.io.FixedLenFeature]:
+  return {s.name: s.parsing_spec() for s in specs}
+
+
+def decode_record(record: tf.Tensor, specs: Sequence[FeatureSpec]) -> dict[str, tf.Tensor]:
+  """Serialized ``tf.train.Example`` -> dict of tensors, int64 cast to int32 (TPU-friendly)."""
+  example = tf.io.parse_single_example(record, parsing_spec(specs))
+  return {k: tf.cast(v, tf.int32) if v.dtype == tf.int64 else v for k, v in example.items()}
+
+
+def write_tfrecord(feature_dicts: Iterable[Mapping[str, Any]], specs: Sequence[FeatureSpec],
+                   path: str, pad_to_multiple_of: int = 1, padding_task_id: int = 0) -> int:
+  """Writes records; pads with all-zero records of ``task_id=padding_task_id`` up to a multiple.
+
+  The official pads with ``task_id = len(task_names)`` so padding matches no task's head.
+  Returns the number of records written (padding included).
+  """
+  tf.io.gfile.makedirs(os.path.dirname(path) or ".")
+  n = 0
+  with tf.io.TFRecordWriter(path) as writer:
+    for features in feature_dicts:
+      writer.write(to_tf_example(features, specs).SerializeToString())
+      n += 1
+    while n % max(1, pad_to_multiple_of):
+      writer.write(to_tf_example({"task_id": padding_task_id}, specs).SerializeToString())
+      n += 1
+  return n
+
+
+def read_tfrecord(path: str, specs: Sequence[FeatureSpec]) -> tf.data.Dataset:
+  """Dataset of decoded feature dicts (unbatched) from one TFRecord file."""
+  if not tf.io.gfile.exists(path):
+    raise FileNotFoundError(f"TFRecord file not found: {path}")
+  return tf.data.TFRecordDataset(path).map(lambda r: decode_record(r, specs))
+
+
+def input_dataset(path: str, specs: Sequence[FeatureSpec], batch_size: int, is_training: bool,
+                  shuffle_buffer: int = 100, seed: int | None = None) -> tf.data.Dataset:
+  """Batches of decoded features (official ``input_fn``): training repeats and shuffles.
+
+  Every batch is full (``drop_remainder``); the writer pads files to a batch multiple.
+  """
+  dataset = tf.data.TFRecordDataset(path)
+  if is_training:
+    dataset = dataset.repeat().shuffle(shuffle_buffer, seed=seed)
+  dataset = dataset.map(lambda r: decode_record(r, specs), num_parallel_calls=tf.data.AUTOTUNE)
+  return dataset.batch(batch_size, drop_remainder=True)
+
+
+def cache_prefix(preprocessed_dir: str, task_names: Sequence[str], split: str) -> str:
+  """``<dir>/<sorted task names joined by _>_<split>`` (official file naming)."""
+  return os.path.join(preprocessed_dir, "_".join(sorted(task_names)) + "_" + split)
+
+
+def build_or_load_cached(prefix: str, make_feature_dicts, specs: Sequence[FeatureSpec],
+                         pad_to_multiple_of: int = 1, padding_task_id: int = 0,
+                         use_existing: bool = True) -> tuple[str, int]:
+  """Returns ``(<prefix>.tfrecord, n_records)``, writing the file only when no metadata exists.
+
+  ``make_feature_dicts`` is a zero-argument callable yielding feature dicts, so nothing is
+  read or tokenized on a cache hit. ``<prefix>.metadata`` holds ``{"n_examples": n}``.
+  """
+  tfrecord_path, metadata_path = prefix + ".tfrecord", prefix + ".metadata"
+  if use_existing and tf.io.gfile.exists(metadata_path) and tf.io.gfile.exists(tfrecord_path):
+    with tf.io.gfile.GFile(metadata_path) as f:
+      return tfrecord_path, int(json.load(f)["n_examples"])
+  n = write_tfrecord(make_feature_dicts(), specs, tfrecord_path, pad_to_multiple_of,
+                     padding_task_id)
+  with tf.io.gfile.GFile(metadata_path, "w") as f:
+    json.dump({"n_examples": n}, f)
+  return tfrecord_path, n

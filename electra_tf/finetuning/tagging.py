@@ -1,0 +1,190 @@
+"""Sequence tagging (CoNLL-2000 chunking), official ``tagging_tasks``.
+
+Raw files: ``<raw_data_dir>/{train,dev,test}.txt``, one ``word ... tag`` line per word, blank
+lines between sentences, ``-DOCSTART-`` lines ignored. Chunk tags are converted to BIOES; the
+label mapping is the sorted set of BIOES tags over every split present (cached as JSON).
+Each word is labelled at its first word piece; ``segment_ids`` is 1 for every real token.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import os
+from collections.abc import Sequence
+from typing import Any
+
+from electra_tf.finetuning import scorers
+from electra_tf.finetuning.features import FeatureSpec
+from electra_tf.finetuning.heads import TaggingHead
+from electra_tf.finetuning.scorers import get_span_labels, get_tags
+from electra_tf.finetuning.task import Task, data_error
+from electra_tf.finetuning.wordpiece import tokenize_and_align
+
+LABEL_ENCODING = "BIOES"
+_SPLITS = ("train", "dev", "test")
+_DEBUG_MAX_SENTENCES = 100
+
+
+@dataclasses.dataclass
+class TaggingExample:
+  """One sentence: words and per-word label ids."""
+
+  eid: int
+  task_name: str
+  words: list[str]
+  labels: list[int]
+
+
+@dataclasses.dataclass
+class _Sentence:
+  words: list[str]
+  tags: list[str]
+  line: int  # 1-based line of the first word
+
+
+def read_conll(path: str, max_sentences: int | None = None) -> list[_Sentence]:
+  """Sentences of a CoNLL file: first column is the word, last column the tag."""
+  sentences: list[_Sentence] = []
+  words: list[str] = []
+  tags: list[str] = []
+  first_line = 0
+  with open(path, encoding="utf-8") as f:
+    for line_num, line in enumerate(f, start=1):
+      fields = line.strip().split()
+      if not fields:
+        if words:
+          sentences.append(_Sentence(words, tags, first_line))
+          words, tags = [], []
+          if max_sentences and len(sentences) > max_sentences:
+            return sentences
+        continue
+      if fields[0] == "-DOCSTART-":
+        continue
+      if len(fields) < 2:
+        raise data_error(path, f"expected 'word ... tag', found {line.strip()!r}", line_num)
+      if not words:
+        first_line = line_num
+      words.append(fields[0])
+      tags.append(fields[-1])
+  if words:  # the official drops a last sentence not followed by a blank line; kept here
+    sentences.append(_Sentence(words, tags, first_line))
+  return sentences
+
+
+def to_encoding(tags: Sequence[str], encoding: str = LABEL_ENCODING) -> list[str]:
+  """Re-encodes span tags (e.g. CoNLL IOB2) in ``encoding``."""
+  return get_tags(get_span_labels(list(tags)), len(tags), encoding)
+
+
+class TaggingTask(Task):
+  """Word-level tagging; ``is_token_level`` tasks keep tags as-is, span tasks use BIOES."""
+
+  def __init__(self, name: str, raw_data_dir: str, tokenizer: Any, max_seq_length: int,
+               task_id: int = 0, debug: bool = False, is_token_level: bool = False,
+               label_mapping_path: str | None = None):
+    super().__init__(name, raw_data_dir, tokenizer, max_seq_length, task_id, debug)
+    self.is_token_level = is_token_level
+    self.label_mapping_path = label_mapping_path
+    self._label_mapping: dict[str, int] | None = None
+
+  def _sentences(self, split: str) -> tuple[str, list[_Sentence]]:
+    path = self.split_path(split, ".txt")
+    sentences = read_conll(path, _DEBUG_MAX_SENTENCES if self.debug else None)
+    if not sentences:
+      raise data_error(path, f"split '{split}' of task '{self.name}' has no sentences")
+    return path, sentences
+
+  def _encode(self, tags: Sequence[str]) -> list[str]:
+    return list(tags) if self.is_token_level else to_encoding(tags)
+
+  @property
+  def label_mapping(self) -> dict[str, int]:
+    """Tag -> id: sorted tags of all present splits, or the cached JSON when it exists."""
+    if self._label_mapping is None:
+      path = self.label_mapping_path
+      if path and os.path.isfile(path):
+        with open(path) as f:
+          self._label_mapping = {k: int(v) for k, v in json.load(f).items()}
+      else:
+        if not os.path.isdir(self.raw_data_dir):
+          raise data_error(self.raw_data_dir, f"data folder for task '{self.name}' not found")
+        tags = set()
+        for split in _SPLITS:
+          if os.path.isfile(os.path.join(self.raw_data_dir, split + ".txt")):
+            for sentence in self._sentences(split)[1]:
+              tags.update(self._encode(sentence.tags))
+        if not tags:
+          raise data_error(self.raw_data_dir, f"no {'/'.join(_SPLITS)}.txt with tags found")
+        self._label_mapping = {t: i for i, t in enumerate(sorted(tags))}
+        if path:
+          os.makedirs(os.path.dirname(path) or ".", exist_ok=True)
+          with open(path, "w") as f:
+            json.dump(self._label_mapping, f, indent=0, sort_keys=True)
+    return self._label_mapping
+
+  def get_examples(self, split: str) -> list[TaggingExample]:
+    path, sentences = self._sentences(split)
+    mapping = self.label_mapping
+    examples = []
+    for i, sentence in enumerate(sentences):
+      tags = self._encode(sentence.tags)
+      unknown = [t for t in tags if t not in mapping]
+      if unknown:
+        raise data_error(path, f"unknown tag {unknown[0]!r} in the sentence starting here",
+                         sentence.line)
+      examples.append(TaggingExample(i, self.name, sentence.words, [mapping[t] for t in tags]))
+    return examples
+
+  def featurize(self, example: TaggingExample, is_training: bool = False) -> list[dict[str, Any]]:
+    words_to_tokens = tokenize_and_align(self.tokenizer, example.words)
+    vocab = self.tokenizer.vocab
+    input_ids: list[int] = []
+    tagged_positions: list[int] = []
+    for word_tokens in words_to_tokens:
+      # Official budget check: counts every word (with [CLS]/[SEP]) plus the tokens so far, so
+      # it truncates long sentences earlier than the sequence length requires.
+      if len(words_to_tokens) + len(input_ids) + 1 > self.max_seq_length:
+        input_ids.append(vocab["[SEP]"])
+        break
+      if "[CLS]" not in word_tokens and "[SEP]" not in word_tokens:
+        tagged_positions.append(len(input_ids))
+      input_ids.extend(vocab[t] for t in word_tokens)
+
+    def pad(x):
+      return list(x) + [0] * (self.max_seq_length - len(x))
+
+    n = self.name
+    return [{
+        "input_ids": pad(input_ids),
+        "input_mask": pad([1] * len(input_ids)),
+        "segment_ids": pad([1] * len(input_ids)),
+        "task_id": self.task_id,
+        n + "_eid": example.eid,
+        n + "_labels": pad(example.labels[:self.max_seq_length]),
+        n + "_labels_mask": pad([1.0] * len(tagged_positions)),
+        n + "_labeled_positions": pad(tagged_positions),
+    }]
+
+  def feature_specs(self) -> list[FeatureSpec]:
+    seq = (self.max_seq_length,)
+    return [FeatureSpec(self.name + "_eid"), FeatureSpec(self.name + "_labels", seq),
+            FeatureSpec(self.name + "_labels_mask", seq, is_int=False),
+            FeatureSpec(self.name + "_labeled_positions", seq)]
+
+  def make_head(self) -> TaggingHead:
+    return TaggingHead(self.name, len(self.label_mapping))
+
+  def get_scorer(self, split: str = "dev") -> scorers.Scorer:
+    if self.is_token_level:
+      return scorers.WordAccuracyScorer()
+    return scorers.EntityLevelF1Scorer(self.label_mapping)
+
+
+class Chunking(TaggingTask):
+  """CoNLL-2000 text chunking (span F1 over BIOES chunks)."""
+
+  def __init__(self, raw_data_dir, tokenizer, max_seq_length, task_id=0, debug=False,
+               label_mapping_path=None):
+    super().__init__("chunk", raw_data_dir, tokenizer, max_seq_length, task_id, debug,
+                     is_token_level=False, label_mapping_path=label_mapping_path)
