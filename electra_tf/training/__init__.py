@@ -1,0 +1,29 @@
+"""Strategy-agnostic training: setup (runtime), checkpoints, the loop, progress reporting."""
+
+from electra_tf.training.checkpointing import (
+    CheckpointSaveError,
+    ModelDirError,
+    check_model_dir,
+    latest_checkpoint,
+)
+from electra_tf.training.loop import (
+    NonFiniteLossError,
+    Trainer,
+    TrainSettings,
+    model_step_fn,
+    write_results,
+)
+from electra_tf.training.monitoring import secs_to_str
+from electra_tf.training.runtime import (
+    get_strategy,
+    set_mixed_precision_policy,
+    set_seed,
+    worker_role,
+    wrap_optimizer,
+)
+
+__all__ = [
+    "CheckpointSaveError", "ModelDirError", "NonFiniteLossError", "TrainSettings", "Trainer",
+    "check_model_dir", "get_strategy", "latest_checkpoint", "model_step_fn", "secs_to_str",
+    "set_mixed_precision_policy", "set_seed", "worker_role", "wrap_optimizer", "write_results",
+]

@@ -1,0 +1,101 @@
+"""Process-level setup for training: distribution strategy, worker role, seed, mixed precision.
+
+Everything here runs before the model is built: the strategy scope, the global seed (variable
+initializers) and the Keras dtype policy all have to be in place when variables are created.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import tensorflow as tf
+import tf_keras
+from official.common import distribute_utils
+
+STRATEGIES = ("one_device", "mirrored", "multi_worker_mirrored", "tpu")
+MIXED_PRECISION = {None: "float32", "float32": "float32", "bfloat16": "mixed_bfloat16",
+                   "float16": "mixed_float16"}
+
+
+def get_strategy(distribution_strategy: str = "one_device", num_gpus: int | None = None,
+                 tpu: str | None = None, all_reduce_alg: str | None = None,
+                 devices: Sequence[str] | None = None, worker_hosts: str | None = None,
+                 task_index: int = -1) -> tf.distribute.Strategy:
+  """Returns a `tf.distribute.Strategy` by name (tf-models-official `get_distribution_strategy`).
+
+  Args:
+    distribution_strategy: one_device | mirrored | multi_worker_mirrored | tpu.
+    num_gpus: GPUs to use; None means every visible GPU (0 on a CPU-only machine, then the
+      strategy runs on CPU:0). one_device uses GPU:0 whenever num_gpus >= 1.
+    tpu: TPU name or address for `tpu` ("" or "local" for TPUs attached to this host).
+    all_reduce_alg: passed through (mirrored: nccl | hierarchical_copy; multi-worker: ring | nccl).
+    devices: explicit device list for `mirrored` (e.g. two logical CPUs in tests); overrides
+      num_gpus.
+    worker_hosts, task_index: multi-worker cluster as flags; ignored when TF_CONFIG is set
+      (tf-models-official `configure_cluster` writes TF_CONFIG from them otherwise).
+  """
+  name = (distribution_strategy or "").lower()
+  if name not in STRATEGIES:
+    raise ValueError(f"distribution_strategy must be one of {', '.join(STRATEGIES)}; "
+                     f"got {distribution_strategy!r}")
+  if num_gpus is None:
+    num_gpus = len(tf.config.list_physical_devices("GPU"))
+  if name == "one_device":
+    num_gpus = min(num_gpus, 1)
+  if name == "tpu" and tpu is None:
+    raise ValueError("distribution_strategy='tpu' needs tpu (a TPU name, or '' for local TPUs)")
+  if name == "mirrored" and devices:
+    return tf.distribute.MirroredStrategy(devices=list(devices))
+  if name == "multi_worker_mirrored":
+    distribute_utils.configure_cluster(worker_hosts, task_index)
+  return distribute_utils.get_distribution_strategy(
+      distribution_strategy=name, num_gpus=num_gpus, all_reduce_alg=all_reduce_alg,
+      tpu_address=tpu)
+
+
+def worker_role(strategy: tf.distribute.Strategy) -> tuple[bool, int]:
+  """(is_chief, task_id) of this process; single-process strategies are always the chief.
+
+  The chief is task `chief`, or `worker` 0 when the cluster has no `chief` job (the
+  tf.distribute convention). Only the chief writes checkpoints and summaries into model_dir.
+  """
+  resolver = getattr(strategy, "cluster_resolver", None)
+  task_type = getattr(resolver, "task_type", None)
+  task_id = getattr(resolver, "task_id", None) or 0
+  if resolver is None or task_type is None or task_type == "chief":
+    return True, task_id
+  has_chief_job = "chief" in resolver.cluster_spec().as_dict()
+  return (task_type == "worker" and task_id == 0 and not has_chief_job), task_id
+
+
+def set_seed(seed: int) -> None:
+  """Seeds python `random`, numpy and `tf.random.set_seed` (variable initializers, dropout).
+
+  Call before building the model. Stateful random ops (Keras dropout) restart their sequence
+  in a resumed process; ops that need resume-exact randomness use the per-step seed that the
+  training loop passes to the step function (see `loop.Trainer`).
+  """
+  tf_keras.utils.set_random_seed(seed)
+
+
+def set_mixed_precision_policy(mixed_precision: str | None) -> str:
+  """Sets the tf_keras global dtype policy from --mixed_precision; returns the policy name.
+
+  None | "float32" -> float32; "bfloat16" -> mixed_bfloat16; "float16" -> mixed_float16
+  (then wrap the optimizer with `wrap_optimizer`). Call before building the model: layers
+  read the policy when they are created.
+  """
+  if mixed_precision not in MIXED_PRECISION:
+    raise ValueError("mixed_precision must be one of bfloat16, float16, float32 or None; "
+                     f"got {mixed_precision!r}")
+  policy = MIXED_PRECISION[mixed_precision]
+  tf_keras.mixed_precision.set_global_policy(policy)
+  return policy
+
+
+def wrap_optimizer(optimizer: tf_keras.optimizers.Optimizer,
+                   mixed_precision: str | None) -> tf_keras.optimizers.Optimizer:
+  """Adds dynamic loss scaling for float16 (bfloat16 has float32's exponent range, needs none)."""
+  if mixed_precision == "float16":
+    return tf_keras.mixed_precision.LossScaleOptimizer(optimizer)
+  return optimizer

@@ -1,0 +1,1 @@
+"""Scripts and toy models that tests/test_training.py runs in subprocesses."""
