@@ -229,6 +229,42 @@ class PretrainingModel(tf_keras.Model):
         out[prefix + key] = result[key]
     return result["sequence_output"]
 
+  @property
+  def mlm_head(self) -> MaskedLMHead | None:
+    """The generator's output head: ``cloze_predictions`` (two towers) or
+    ``generator_predictions``; None for the uniform generator."""
+    return self.cloze_head if self.two_tower_generator else self.generator_head
+
+  def generator_hidden(self, inputs: masking.Inputs, training: bool = False,
+                       out: dict[str, tf.Tensor] | None = None, keep: bool = False) -> tf.Tensor:
+    """Generator representation [B, T, Hg] of ``inputs`` (the input of ``mlm_head``).
+
+    Two towers: ``concat(ltr[t-1], rtl[t+1])`` (wrapping) of width 2h, as the official
+    ``TwoTowerClozeTransformer``; otherwise the generator tower's sequence output.
+    """
+    if self.generator is None:
+      raise ValueError("the uniform generator has no representation")
+    out = {} if out is None else out
+    if not self.two_tower_generator:
+      return self._tower(self.generator, "gen_", inputs, training, out, keep)
+    ltr = self._tower(self.generator, "ltr_", inputs, training, out, keep)
+    rtl = self._tower(self.generator_rtl, "rtl_", inputs, training, out, keep)
+    return tf.concat([roll(ltr, -1), roll(rtl, 1)], -1)  # t sees ltr[t-1], rtl[t+1]
+
+  def rtd_logits(self, inputs: masking.Inputs) -> tuple[tf.Tensor, tf.Tensor]:
+    """Inference: (discriminator sequence output [B, T, H], logits [B, T]) on ``inputs``.
+
+    For Electric the logits include ``log q`` from the cloze model run on the same input
+    (the official ``clean_disc_logits``).
+    """
+    cloze_log_probs = None
+    if self.electric_objective:
+      cloze_logits = tf.cast(self.cloze_head(self.generator_hidden(inputs)), tf.float32)
+      cloze_log_probs = tf.nn.log_softmax(cloze_logits)
+    out: dict[str, tf.Tensor] = {}
+    logits, _ = self.discriminate(inputs, False, cloze_log_probs, out, "disc_", True)
+    return out["disc_sequence_output"], logits
+
   def discriminate(self, inputs: masking.Inputs, training: bool = False,
                    cloze_log_probs: tf.Tensor | None = None,
                    out: dict[str, tf.Tensor] | None = None, prefix: str = "disc_",
@@ -304,9 +340,7 @@ class PretrainingModel(tf_keras.Model):
     if self.uniform_generator:
       mlm_logits = tf.zeros(tf.concat([tf.shape(masked.masked_lm_ids), [self.vocab_size]], 0))
     elif self.two_tower_generator:
-      ltr = self._tower(self.generator, "ltr_", inputs, training, out, keep)
-      rtl = self._tower(self.generator_rtl, "rtl_", inputs, training, out, keep)
-      sequence = tf.concat([roll(ltr, -1), roll(rtl, 1)], -1)  # t sees ltr[t-1], rtl[t+1]
+      sequence = self.generator_hidden(inputs, training, out, keep)
       cloze_logits = tf.cast(self.cloze_head(sequence), tf.float32)  # [B, T, V]
       cloze_weights = tf.cast(masking.get_candidates_mask(inputs, self.vocab), tf.float32)
       cloze = softmax_output(cloze_logits, inputs.input_ids, cloze_weights)

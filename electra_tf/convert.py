@@ -1,0 +1,88 @@
+r"""Convert an official (TF1) or electra-tf (TF2) pre-training checkpoint.
+
+  python -m electra_tf.convert --checkpoint <TF1 prefix or dir | our TF2 checkpoint> \
+      --hparams <JSON dict or .json file, official form> --output_dir <dir>
+
+writes ``<output_dir>/tf2/`` (object checkpoint), ``<output_dir>/saved_model/`` (``rtd`` and
+``mlm`` signatures, see ``electra_tf.export``), ``<output_dir>/tf1/`` (``model.ckpt`` +
+``checkpoint``, official names, readable by the official code) and ``<output_dir>/hf/``
+(``discriminator/`` for ``ElectraForPreTraining``, ``generator/`` for ``ElectraForMaskedLM``).
+"""
+
+from __future__ import annotations
+
+import os
+
+from absl import app, flags, logging
+
+FLAGS = flags.FLAGS
+flags.DEFINE_string("checkpoint", None, "TF1 checkpoint prefix or directory, or a TF2 checkpoint.")
+flags.DEFINE_string("hparams", "{}", "Pre-training hparams: JSON dict or path to a JSON file.")
+flags.DEFINE_string("output_dir", None, "Where tf2/, saved_model/, tf1/ and hf/ are written.")
+flags.DEFINE_bool("hf", True, "Also write Hugging Face folders under <output_dir>/hf "
+                  "(skipped for Electric, which has no Hugging Face class).")
+
+
+def convert(checkpoint: str, hparams: str | dict, output_dir: str,
+            hf: bool = False) -> dict[str, object]:
+  """Loads ``checkpoint`` into the model ``hparams`` describe and writes the three formats."""
+  import numpy as np
+  import tensorflow as tf
+
+  from electra_tf import checkpoints
+  from electra_tf.config import PretrainingConfig, load_hparams
+  from electra_tf.export import export_saved_model
+  from electra_tf.pretraining.objectives import PretrainingModel
+
+  config = PretrainingConfig("convert", output_dir, **load_hparams(hparams))
+  # Special-token ids only matter for masking during training, never for the exports.
+  model = PretrainingModel(config, vocab={})
+  variables = model.tf1_variables()
+  prefix = checkpoints.resolve_checkpoint(checkpoint)
+  global_step = 0
+  if checkpoints.is_tf1_checkpoint(prefix):
+    report = checkpoints.load_tf1_checkpoint(variables, prefix, allow_unused=False)
+    reader = tf.train.load_checkpoint(prefix)
+    if reader.has_tensor("global_step"):
+      global_step = int(reader.get_tensor("global_step"))
+    logging.info("TF1 checkpoint %s: %s", prefix, report.summary())
+  else:
+    step = tf.Variable(0, dtype=tf.int64)
+    status = tf.train.Checkpoint(model=model, step=step).read(prefix)
+    status.expect_partial().assert_existing_objects_matched()
+    global_step = int(step.numpy())
+    report = None
+    logging.info("TF2 checkpoint %s restored (step %d)", prefix, global_step)
+  step_var = tf.Variable(global_step, dtype=tf.int64)
+  tf2_prefix = tf.train.Checkpoint(model=model, step=step_var).write(
+      os.path.join(output_dir, "tf2", "ckpt"))
+  signatures = export_saved_model(model, os.path.join(output_dir, "saved_model"))
+  tf1_prefix = checkpoints.save_tf1_checkpoint(
+      {k: v for k, v in variables.items()}, os.path.join(output_dir, "tf1"),
+      global_step=np.int64(global_step))
+  hf_dir = None
+  if hf and config.electric_objective:
+    logging.warning("Electric has no Hugging Face model class: skipping the hf/ export")
+  elif hf:
+    from electra_tf.hf_export import export_hf
+    hf_dir = os.path.join(output_dir, "hf")
+    export_hf(variables, model.bert_config, model.generator_config, config.embedding_size, hf_dir,
+              untied_generator_embeddings=config.untied_generator_embeddings)
+  return {"tf2": tf2_prefix, "hf": hf_dir, "saved_model": os.path.join(output_dir, "saved_model"),
+          "signatures": signatures, "tf1": tf1_prefix, "report": report,
+          "global_step": global_step}
+
+
+def main(argv):
+  if len(argv) > 1:
+    raise app.UsageError(f"unexpected arguments: {' '.join(argv[1:])}")
+  if not FLAGS.checkpoint or not FLAGS.output_dir:
+    raise app.UsageError("--checkpoint and --output_dir are required")
+  result = convert(FLAGS.checkpoint, FLAGS.hparams, FLAGS.output_dir, hf=FLAGS.hf)
+  print(f"wrote {result['tf2']}, {result['saved_model']} (signatures: "
+        f"{', '.join(result['signatures'])}), {result['tf1']}"
+        + (f", {result['hf']}" if result["hf"] else ""))
+
+
+if __name__ == "__main__":
+  app.run(main)

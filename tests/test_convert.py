@@ -1,0 +1,104 @@
+"""The convert CLI: TF1 -> TF2 / SavedModel / TF1, golden outputs through the signatures."""
+
+import json
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+import tensorflow as tf
+
+from electra_tf.convert import convert
+from electra_tf.hf_export import load_hf_export
+from tests.conftest import REPO_ROOT
+
+ATOL = 1e-5
+
+
+def _max_diff(a, b):
+  return float(np.abs(np.asarray(a, np.float64) - np.asarray(b, np.float64)).max())
+
+
+def _assert_same_checkpoint(a, b):
+  ra, rb = tf.train.load_checkpoint(a), tf.train.load_checkpoint(b)
+  assert ra.get_variable_to_shape_map() == rb.get_variable_to_shape_map()
+  assert ra.get_variable_to_dtype_map() == rb.get_variable_to_dtype_map()
+  for name in ra.get_variable_to_shape_map():
+    np.testing.assert_array_equal(ra.get_tensor(name), rb.get_tensor(name), name)
+
+
+@pytest.mark.parametrize("folder_name", ["electra_small_2l", "electric_2l"])
+def test_convert_reproduces_golden_outputs(reference_dir, tmp_path, folder_name):
+  folder = reference_dir / folder_name
+  g = dict(np.load(folder / "golden.npz"))
+  out = tmp_path / "out"
+  result = convert(str(folder / "model.ckpt"), str(folder / "hparams.json"), str(out), hf=True)
+  assert result["signatures"] == ["mlm", "rtd"]
+  _assert_same_checkpoint(str(folder / "model.ckpt"), result["tf1"])  # TF1 -> ours -> TF1
+  if folder_name == "electric_2l":
+    assert result["hf"] is None  # no Hugging Face class for the two-tower generator
+  else:
+    reader = tf.train.load_checkpoint(str(folder / "model.ckpt"))
+    hf_tensors = load_hf_export(result["hf"])
+    assert set(hf_tensors) == set(reader.get_variable_to_shape_map()) - {"global_step"}
+    for name, value in hf_tensors.items():
+      np.testing.assert_array_equal(value, reader.get_tensor(name), name)
+
+  loaded = tf.saved_model.load(result["saved_model"])
+  rtd, mlm = loaded.signatures["rtd"], loaded.signatures["mlm"]
+  clean = rtd(input_ids=tf.constant(g["input_ids"]), input_mask=tf.constant(g["input_mask"]),
+              segment_ids=tf.constant(g["segment_ids"]))
+  assert _max_diff(clean["rtd_logits"], g["clean_disc_logits"]) <= ATOL
+  assert _max_diff(clean["sequence_output"], g["clean_disc_sequence_output"]) <= ATOL
+  electric = folder_name == "electric_2l"
+  # ELECTRA's generator reads the masked input; Electric's cloze towers the original one.
+  gen_ids = g["input_ids"] if electric else g["masked_input_ids"]
+  gen = mlm(input_ids=tf.constant(gen_ids), input_mask=tf.constant(g["input_mask"]),
+            segment_ids=tf.constant(g["segment_ids"]),
+            masked_lm_positions=tf.constant(g["masked_lm_positions"]))
+  rows, slots = g["gen_mlm_logits_real_index"].T
+  assert _max_diff(gen["mlm_logits"].numpy()[rows, slots], g["gen_mlm_logits_real"]) <= ATOL
+  assert _max_diff(gen["mlm_logits"].numpy().max(-1), g["gen_mlm_logits_max"]) <= ATOL
+  expected_hidden = g["gen_sequence_output"] if electric else g["gen_all_layer_outputs"][-1]
+  assert _max_diff(gen["sequence_output"], expected_hidden) <= ATOL
+  if not electric:
+    fake = rtd(input_ids=tf.constant(g["fake_input_ids"]),
+               input_mask=tf.constant(g["input_mask"]), segment_ids=tf.constant(g["segment_ids"]))
+    assert _max_diff(fake["rtd_logits"], g["disc_logits"]) <= ATOL
+
+  # Dynamic batch and sequence length.
+  short = rtd(input_ids=tf.constant(g["input_ids"][:2, :40]),
+              input_mask=tf.constant(g["input_mask"][:2, :40]),
+              segment_ids=tf.constant(g["segment_ids"][:2, :40]))
+  assert short["rtd_logits"].shape == (2, 40)
+
+  # Our own TF2 checkpoint converts back to the same TF1 tensors.
+  again = convert(result["tf2"], str(folder / "hparams.json"), str(tmp_path / "again"))
+  _assert_same_checkpoint(str(folder / "model.ckpt"), again["tf1"])
+
+
+def test_convert_with_wrong_generator_size_fails_on_one_line(reference_dir, tmp_path):
+  folder = reference_dir / "electra_small_2l"
+  hparams = json.loads((folder / "hparams.json").read_text())
+  hparams["generator_hidden_size"] = 1.0
+  with pytest.raises(ValueError) as err:
+    convert(str(folder / "model.ckpt"), hparams, str(tmp_path))
+  assert "shape mismatch for generator/" in str(err.value) and "\n" not in str(err.value)
+
+
+def test_convert_with_other_objective_fails(reference_dir, tmp_path):
+  # The Electric checkpoint read as a plain ELECTRA model: its towers are unused.
+  folder = reference_dir / "electric_2l"
+  with pytest.raises(ValueError, match="lacks|does not use"):
+    convert(str(folder / "model.ckpt"), str(reference_dir / "electra_small_2l" / "hparams.json"),
+            str(tmp_path))
+
+
+@pytest.mark.slow
+def test_cli_reports_missing_checkpoint(tmp_path):
+  proc = subprocess.run(
+      [sys.executable, "-m", "electra_tf.convert", f"--checkpoint={tmp_path}/nope",
+       f"--output_dir={tmp_path}/out", '--hparams={"model_size": "small"}'],
+      cwd=REPO_ROOT, capture_output=True, text=True, timeout=120)
+  assert proc.returncode != 0
+  assert "checkpoint not found" in proc.stderr
