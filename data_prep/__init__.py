@@ -1,0 +1,1 @@
+"""Builders that turn raw text into ELECTRA pre-training TFRecords."""
