@@ -124,6 +124,25 @@ def test_every_code_point_fast_equals_slow(slow, fast):
   lines = [f"{c}a{c}{c} b{c}" for c in chars]
   want = _slow_ids(slow, lines)
   assert _first_mismatch(lines, fast.tokenize_to_ids(lines), want) is None
+  # Dense or varied non-ASCII text goes through str.translate; force the regex passes too.
+  with pytest.MonkeyPatch.context() as patch:
+    patch.setattr(tokenization, "_SAMPLE_CHARS", 0)
+    patch.setattr(tokenization, "_MAX_REGEX_CHARS", len(chars))
+    assert _first_mismatch(lines, fast.tokenize_to_ids(lines), want) is None
+
+
+def test_batches_and_odd_lines(vocab_file, corpus, slow):
+  """All-ASCII and mixed batches, a line's own newlines, controls, bytes input, no lines."""
+  odd = ["", "a\nb", "Ünï\r\ncödé", "x\x00y\tz", "  ", "東京\n", "\u00e9" * 201 + " \u00e9"]
+  lines = corpus[:150] + odd + corpus[150:170] + odd[::-1] + ["plain ascii"] * 70
+  want = _slow_ids(slow, lines)
+  fast = tokenization.FastTokenizer(vocab_file, batch_size=64)
+  assert _first_mismatch(lines, fast.tokenize_to_ids(lines), want) is None
+  # Bytes lines are decoded as the official convert_to_unicode does.
+  assert fast.tokenize_to_ids([line.encode("utf-8") for line in lines]) == want
+  assert fast.tokenize_to_ids([]) == []
+  with pytest.raises(ValueError, match="batch_size"):
+    tokenization.FastTokenizer(vocab_file, batch_size=0)
 
 
 def test_missing_vocab_file_is_one_line_error(tmp_path):
