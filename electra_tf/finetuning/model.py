@@ -1,0 +1,232 @@
+"""The fine-tuning model: one shared ``electra`` encoder and one head per task (official
+``run_finetuning.FinetuningModel``), its initialisation from pre-trained weights, and the
+official optimizer settings (warmup proportion, layer-wise learning-rate decay).
+
+Multi-task batches carry ``task_id`` [B]; every head runs on every batch and each example's
+loss is its own task's loss (``heads.multitask_loss``), summed over the batch as official.
+Records with ``task_id == len(tasks)`` (padding) contribute nothing.
+
+Initialisation (``load_init_checkpoint``):
+- an official TF1 checkpoint: every model variable whose TF1 name is in the checkpoint is
+  copied (the official ``get_assignment_map_from_checkpoint`` + ``init_from_checkpoint``), so a
+  pre-training checkpoint fills ``electra/*`` (generator and ``*_predictions`` are reported as
+  unused, the heads as missing) and a fine-tuned one also fills its ``task_specific/*`` heads;
+- our TF2 pre-training checkpoint (``tf.train.Checkpoint(model=PretrainingModel)``): the
+  ``discriminator`` tower is restored into the encoder;
+- our TF2 fine-tuning checkpoint (``tf.train.Checkpoint(model=FinetuningModel)``): the encoder
+  and the heads of the tasks both runs share.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+import tensorflow as tf
+import tf_keras
+
+from electra_tf import checkpoints
+from electra_tf.finetuning.heads import multitask_loss
+from electra_tf.modeling.bert_config import BertConfig
+from electra_tf.modeling.encoder import Transformer
+from electra_tf.optimization import AdamWeightDecay, create_optimizer
+
+ENCODER_SCOPE = "electra"
+
+
+class FinetuningModel(tf_keras.Model):
+  """Shared encoder + task heads, built eagerly so ``tf1_variables()`` is complete at once.
+
+  Args:
+    bert_config: encoder sizes (``electra_tf.config.get_bert_config``).
+    tasks: the run's tasks in ``task_id`` order (``task.make_head()`` gives each head).
+    embedding_size: E; an ``electra/embeddings_project`` [E, H] is added when E != H.
+  """
+
+  def __init__(self, bert_config: BertConfig, tasks: Sequence[Any],
+               embedding_size: int | None = None, **kwargs):
+    super().__init__(name=kwargs.pop("name", "finetuning_model"), **kwargs)
+    names = [t.name for t in tasks]
+    if not names:
+      raise ValueError("FinetuningModel needs at least one task")
+    if len(set(names)) != len(names):
+      raise ValueError(f"duplicate task names {names}")
+    for i, task in enumerate(tasks):
+      if task.task_id != i:
+        raise ValueError(f"task {task.name!r} has task_id {task.task_id}, expected {i} "
+                         "(its position in the task list)")
+    self.bert_config = bert_config
+    self.task_names = names
+    self.encoder = Transformer(bert_config, embedding_size, scope=ENCODER_SCOPE)
+    self.encoder.build(None)
+    heads = {}
+    for task in tasks:
+      head = task.make_head()
+      head.build([None, None, bert_config.hidden_size])
+      heads[task.name] = head
+    self.heads = heads  # tracked by Keras as a dict: checkpoint paths model/heads/<task>/...
+    self.built = True
+
+  @property
+  def n_transformer_layers(self) -> int:
+    return self.bert_config.num_hidden_layers
+
+  def tf1_variables(self) -> dict[str, tf.Variable]:
+    """Official TF1 checkpoint name -> variable (``electra/...``, ``task_specific/<task>/...``)."""
+    return checkpoints.variables_by_name(self.variables)
+
+  def call(self, features: Mapping[str, tf.Tensor], training: bool = False,
+           task_names: Sequence[str] | None = None) -> dict[str, Any]:
+    """Runs the encoder and the heads.
+
+    Args:
+      features: a batch of decoded multi-task records: ``input_ids``, ``input_mask``,
+        ``segment_ids`` int32 [B, T], ``task_id`` [B] and every task's ``<task>_*`` features.
+      training: dropout on, and the SQuAD head's training path (end logits from the gold start).
+      task_names: run only these heads (the others' losses count as 0); None runs all, as the
+        official graph does. Prediction on a single-task batch uses it to skip the other heads.
+    Returns:
+      ``loss`` [] (official multi-task loss: each example's own task loss, summed),
+      ``task_id`` [B], ``sequence_output`` [B, T, H] and, per head run, ``<task>``: its output
+      dict (see ``electra_tf.finetuning.heads``).
+    """
+    encoded = self.encoder(features["input_ids"], features["input_mask"],
+                           features["segment_ids"], training=training)
+    sequence_output = encoded["sequence_output"]
+    task_id = features["task_id"]
+    outputs: dict[str, Any] = {"task_id": task_id, "sequence_output": sequence_output}
+    unknown = sorted(set(task_names or ()) - set(self.task_names))
+    if unknown:
+      raise ValueError(f"unknown task(s) {unknown}; the model has {self.task_names}")
+    losses = []
+    for name in self.task_names:
+      if task_names is not None and name not in task_names:
+        losses.append(tf.zeros(tf.shape(task_id), tf.float32))
+        continue
+      task_outputs, per_example_loss = self.heads[name](sequence_output, features,
+                                                        training=training)
+      outputs[name] = task_outputs
+      losses.append(per_example_loss)
+    outputs["loss"] = multitask_loss(losses, task_id)
+    return outputs
+
+
+def create_model(config: Any, tasks: Sequence[Any]) -> FinetuningModel:
+  """``FinetuningModel`` with the encoder sizes of a ``FinetuningConfig`` (debug shrinking
+  included); checks ``max_seq_length <= max_position_embeddings`` as the official code."""
+  from electra_tf.config import get_bert_config
+
+  bert_config = get_bert_config(config)
+  if config.max_seq_length > bert_config.max_position_embeddings:
+    raise ValueError(f"max_seq_length {config.max_seq_length} exceeds max_position_embeddings "
+                     f"{bert_config.max_position_embeddings}")
+  return FinetuningModel(bert_config, tasks, embedding_size=config.embedding_size)
+
+
+# --------------------------------------------------------------------------------------------
+# Initialisation
+# --------------------------------------------------------------------------------------------
+
+_TF2_VALUE = "/.ATTRIBUTES/VARIABLE_VALUE"
+
+
+def _tf2_keys(prefix: str) -> list[str]:
+  return [k for k, _ in tf.train.list_variables(prefix) if k.endswith(_TF2_VALUE)]
+
+
+def load_init_checkpoint(model: FinetuningModel, checkpoint: str) -> checkpoints.LoadReport:
+  """Initialises ``model`` from a TF1 or TF2 checkpoint (prefix or directory), see the module
+  docstring. Every encoder variable must be filled; heads may be missing.
+
+  Raises:
+    FileNotFoundError: nothing at ``checkpoint``.
+    ValueError: shape mismatch, or the checkpoint lacks encoder variables (a config that does
+      not match the pre-trained model, e.g. ``model_size`` / ``embedding_size``).
+  """
+  prefix = checkpoints.resolve_checkpoint(checkpoint)
+  if checkpoints.is_tf1_checkpoint(prefix):
+    report = checkpoints.load_tf1_checkpoint(model.tf1_variables(), prefix, allow_missing=True,
+                                             allow_unused=True)
+  else:
+    report = _load_tf2(model, prefix)
+  missing_encoder = [n for n in report.missing if n.startswith(ENCODER_SCOPE + "/")]
+  if missing_encoder:
+    raise ValueError(f"checkpoint {prefix} lacks {len(missing_encoder)} encoder variable(s), "
+                     f"first: {missing_encoder[0]} (does the config match the pre-trained "
+                     "model? model_size, embedding_size, model_hparam_overrides)")
+  return report
+
+
+def _restore(root: tf.train.Checkpoint, prefix: str, what: str) -> None:
+  try:
+    status = root.read(prefix)
+  except (ValueError, tf.errors.InvalidArgumentError) as e:
+    first = str(e).strip().splitlines()[0]
+    raise ValueError(f"cannot restore the {what} from {prefix}: {first}") from None
+  try:
+    status.assert_existing_objects_matched()
+  except AssertionError as e:
+    first = str(e).strip().splitlines()[0]
+    raise ValueError(f"checkpoint {prefix} does not hold a matching {what} (does the config "
+                     f"match the pre-trained model?): {first}") from None
+  status.expect_partial()
+
+
+def _load_tf2(model: FinetuningModel, prefix: str) -> checkpoints.LoadReport:
+  """Object-based restore from our pre-training or fine-tuning checkpoints."""
+  keys = _tf2_keys(prefix)
+  encoder_names = sorted(checkpoints.variables_by_name(model.encoder.variables))
+  head_names: list[str] = []
+  if any(k.startswith("model/discriminator/") for k in keys):  # PretrainingModel
+    _restore(tf.train.Checkpoint(model=tf.train.Checkpoint(discriminator=model.encoder)),
+             prefix, "discriminator")
+    used = ("model/discriminator/",)
+  elif any(k.startswith("model/encoder/") for k in keys):  # FinetuningModel
+    _restore(tf.train.Checkpoint(model=tf.train.Checkpoint(encoder=model.encoder)),
+             prefix, "encoder")
+    shared = [n for n in model.task_names if any(k.startswith(f"model/heads/{n}/") for k in keys)]
+    if shared:
+      heads = tf.train.Checkpoint(**{n: model.heads[n] for n in shared})
+      _restore(tf.train.Checkpoint(model=tf.train.Checkpoint(heads=heads)), prefix,
+               f"heads {shared}")
+    head_names = sorted(checkpoints.variables_by_name(
+        v for n in shared for v in model.heads[n].variables))
+    used = ("model/encoder/",) + tuple(f"model/heads/{n}/" for n in shared)
+  else:
+    raise ValueError(f"TF2 checkpoint {prefix} has neither model/discriminator (pre-training) "
+                     "nor model/encoder (fine-tuning) variables")
+  loaded = encoder_names + head_names
+  missing = sorted(set(model.tf1_variables()) - set(loaded))
+  unused = [k for k in keys if not k.startswith(used)]
+  optimizer_state = [k for k in unused if not k.startswith("model/")]
+  other = [k for k in unused if k.startswith("model/")]
+  return checkpoints.LoadReport(tuple(loaded), tuple(optimizer_state), tuple(other),
+                                tuple(missing))
+
+
+# --------------------------------------------------------------------------------------------
+# Optimization
+# --------------------------------------------------------------------------------------------
+
+
+def num_train_steps(n_train_records: int, train_batch_size: int,
+                    num_train_epochs: float) -> int:
+  """Official ``int(n_examples // batch_size * num_train_epochs)``; ``n_train_records`` counts
+  the padding records the writer adds up to a batch multiple."""
+  steps = int(n_train_records // train_batch_size * num_train_epochs)
+  if steps < 1:
+    raise ValueError(f"no training steps: {n_train_records} records // batch "
+                     f"{train_batch_size} * {num_train_epochs} epochs = {steps}")
+  return steps
+
+
+def create_finetuning_optimizer(config: Any, num_train_steps: int,
+                                n_transformer_layers: int) -> AdamWeightDecay:
+  """The official fine-tuning ``create_optimizer`` call: linear decay, warmup
+  ``warmup_proportion`` of the steps, weight decay, layer-wise decay ``layerwise_lr_decay``
+  (multiplier ``decay ** (n_layers + 2 - depth)``, the official depths)."""
+  return create_optimizer(
+      config.learning_rate, num_train_steps, weight_decay_rate=config.weight_decay_rate,
+      warmup_proportion=config.warmup_proportion,
+      layerwise_lr_decay_power=config.layerwise_lr_decay,
+      n_transformer_layers=n_transformer_layers)
