@@ -66,27 +66,6 @@ def _heading(message: str) -> None:
 # --------------------------------------------------------------------------------------------
 
 
-def build_tasks(config: FinetuningConfig, use_tfds: bool = False) -> list[Any]:
-  """The run's tasks (official ``task_builder.get_tasks``), raw data in
-  ``config.raw_data_dir(task)``; an unknown name or a missing data folder is a one-line error."""
-  for name in config.task_names:
-    if name not in registry.TASK_CLASSES:
-      raise ValueError(f"Unknown task {name!r}; known tasks: {', '.join(registry.TASK_NAMES)}")
-    raw = config.raw_data_dir(name)
-    if not (use_tfds and name in tfds_glue.TFDS_GLUE) and not os.path.isdir(raw):
-      raise FileNotFoundError(f"data folder for task '{name}' not found: {raw}")
-  if not os.path.isfile(config.vocab_file):
-    raise FileNotFoundError(f"vocab file not found: {config.vocab_file} (put vocab.txt in the "
-                            "model folder or in data_dir, or set the vocab_file hparam)")
-  tokenizer = registry.make_tokenizer(config.vocab_file, config.do_lower_case)
-  options = {k: getattr(config, k) for k in registry.TASK_OPTIONS}
-  tasks = registry.get_tasks(config.task_names, tokenizer, config.data_dir,
-                             config.max_seq_length, debug=config.debug, **options)
-  for task in tasks:  # honour a raw_data_dir hparam (the registry uses the default layout)
-    task.raw_data_dir = config.raw_data_dir(task.name)
-  return tasks
-
-
 class Preprocessor:
   """Featurises splits into cached TFRecords (official ``Preprocessor``) and reads them back.
 
@@ -331,7 +310,7 @@ def trial_seed(seed: int | None, trial: int) -> int | None:
 def run_finetuning(config: FinetuningConfig, strategy: Any = None, use_tfds: bool = False,
                    tfds_data_dir: str | None = None) -> list[dict[str, dict[str, float]]]:
   """Trains and evaluates ``num_trials`` models; returns each trial's dev results."""
-  tasks = build_tasks(config, use_tfds)  # bad names / folders fail before any output
+  tasks = registry.build_tasks(config, use_tfds)  # bad names / folders fail before any output
   check_init_checkpoint(config)
   _heading(f"Config: model={config.model_name}, trials={config.num_trials}")
   _log(config.to_json())

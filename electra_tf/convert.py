@@ -6,7 +6,10 @@ r"""Convert an official (TF1) or electra-tf (TF2) pre-training checkpoint.
 writes ``<output_dir>/tf2/`` (object checkpoint), ``<output_dir>/saved_model/`` (``rtd`` and
 ``mlm`` signatures, see ``electra_tf.export``), ``<output_dir>/tf1/`` (``model.ckpt`` +
 ``checkpoint``, official names, readable by the official code) and ``<output_dir>/hf/``
-(``discriminator/`` for ``ElectraForPreTraining``, ``generator/`` for ``ElectraForMaskedLM``).
+(``discriminator/`` for ``ElectraForPreTraining``, ``generator/`` for ``ElectraForMaskedLM``),
+plus ``<output_dir>/encoder/``, a TF-Hub-style encoder SavedModel. With ``task_names`` in the
+hparams the checkpoint is a fine-tuned model: the SavedModel then has the task signatures
+(``classify``, ``squad``, ``tag``) and ``--data_dir`` names the fine-tuning data layout.
 """
 
 from __future__ import annotations
@@ -19,6 +22,8 @@ FLAGS = flags.FLAGS
 flags.DEFINE_string("checkpoint", None, "TF1 checkpoint prefix or directory, or a TF2 checkpoint.")
 flags.DEFINE_string("hparams", "{}", "Pre-training hparams: JSON dict or path to a JSON file.")
 flags.DEFINE_string("output_dir", None, "Where tf2/, saved_model/, tf1/ and hf/ are written.")
+flags.DEFINE_string("data_dir", None, "Fine-tuned models only (hparams with task_names): the "
+                    "official data_dir with vocab.txt and finetuning_data/<task>/ (label lists).")
 flags.DEFINE_bool("hf", True, "Also write Hugging Face folders under <output_dir>/hf "
                   "(skipped for Electric, which has no Hugging Face class).")
 
@@ -31,7 +36,7 @@ def convert(checkpoint: str, hparams: str | dict, output_dir: str,
 
   from electra_tf import checkpoints
   from electra_tf.config import PretrainingConfig, load_hparams
-  from electra_tf.export import export_saved_model
+  from electra_tf.export import export_encoder_saved_model, export_saved_model
   from electra_tf.pretraining.objectives import PretrainingModel
 
   config = PretrainingConfig("convert", output_dir, **load_hparams(hparams))
@@ -57,6 +62,8 @@ def convert(checkpoint: str, hparams: str | dict, output_dir: str,
   tf2_prefix = tf.train.Checkpoint(model=model, step=step_var).write(
       os.path.join(output_dir, "tf2", "ckpt"))
   signatures = export_saved_model(model, os.path.join(output_dir, "saved_model"))
+  if model.discriminator is not None:
+    export_encoder_saved_model(model.discriminator, os.path.join(output_dir, "encoder"))
   tf1_prefix = checkpoints.save_tf1_checkpoint(
       {k: v for k, v in variables.items()}, os.path.join(output_dir, "tf1"),
       global_step=np.int64(global_step))
@@ -73,12 +80,50 @@ def convert(checkpoint: str, hparams: str | dict, output_dir: str,
           "global_step": global_step}
 
 
+def convert_finetuned(checkpoint: str, hparams: str | dict, output_dir: str,
+                      data_dir: str | None = None) -> dict[str, object]:
+  """A fine-tuned checkpoint (ours, TF2 or TF1 names) -> ``tf2/``, ``saved_model/`` with the
+  task signatures (``classify`` / ``squad`` / ``tag``, see ``electra_tf.finetuning.export``),
+  ``encoder/`` (TF-Hub style) and ``tf1/``. ``data_dir`` gives vocab.txt and the task folders
+  (label lists), as for ``run_finetuning.py``."""
+  import tensorflow as tf
+
+  from electra_tf import checkpoints
+  from electra_tf.config import FinetuningConfig, load_hparams
+  from electra_tf.export import export_encoder_saved_model
+  from electra_tf.finetuning import registry
+  from electra_tf.finetuning.export import export_finetuned_saved_model
+  from electra_tf.finetuning.model import create_model, load_init_checkpoint
+
+  config = FinetuningConfig("convert", data_dir or output_dir, **load_hparams(hparams))
+  tasks = registry.build_tasks(config)
+  model = create_model(config, tasks)
+  report = load_init_checkpoint(model, checkpoint)
+  if report.missing:
+    raise ValueError(f"checkpoint {checkpoint} lacks {len(report.missing)} task-head "
+                     f"variable(s), first: {report.missing[0]} (is it a fine-tuned checkpoint "
+                     "of these task_names?)")
+  tf2_prefix = tf.train.Checkpoint(model=model).write(os.path.join(output_dir, "tf2", "ckpt"))
+  saved_model = os.path.join(output_dir, "saved_model")
+  signatures = export_finetuned_saved_model(model, tasks, saved_model)
+  export_encoder_saved_model(model.encoder, os.path.join(output_dir, "encoder"))
+  tf1_prefix = checkpoints.save_tf1_checkpoint(model.tf1_variables(),
+                                               os.path.join(output_dir, "tf1"))
+  return {"tf2": tf2_prefix, "saved_model": saved_model, "signatures": sorted(signatures),
+          "tf1": tf1_prefix, "hf": None, "report": report}
+
+
 def main(argv):
   if len(argv) > 1:
     raise app.UsageError(f"unexpected arguments: {' '.join(argv[1:])}")
   if not FLAGS.checkpoint or not FLAGS.output_dir:
     raise app.UsageError("--checkpoint and --output_dir are required")
-  result = convert(FLAGS.checkpoint, FLAGS.hparams, FLAGS.output_dir, hf=FLAGS.hf)
+  from electra_tf.config import load_hparams
+
+  if "task_names" in load_hparams(FLAGS.hparams):
+    result = convert_finetuned(FLAGS.checkpoint, FLAGS.hparams, FLAGS.output_dir, FLAGS.data_dir)
+  else:
+    result = convert(FLAGS.checkpoint, FLAGS.hparams, FLAGS.output_dir, hf=FLAGS.hf)
   print(f"wrote {result['tf2']}, {result['saved_model']} (signatures: "
         f"{', '.join(result['signatures'])}), {result['tf1']}"
         + (f", {result['hf']}" if result["hf"] else ""))

@@ -59,3 +59,41 @@ def export_saved_model(model, export_dir: str) -> list[str]:
     raise ValueError("model has neither a discriminator head nor a generator head to export")
   tf.saved_model.save(module, export_dir, signatures=signatures)
   return sorted(signatures)
+
+
+_HUB_INPUTS = {"input_word_ids": _IDS, "input_mask": _IDS, "input_type_ids": _IDS}
+
+
+def export_encoder_saved_model(encoder, export_dir: str) -> None:
+  """Writes a TF-Hub-style encoder SavedModel (the discriminator / fine-tuning encoder).
+
+  ``obj = tf.saved_model.load(export_dir)``; ``obj(inputs, training=False)`` takes the TF Hub
+  BERT input dict (int32 [B, T] ``input_word_ids``, ``input_mask``, ``input_type_ids``) and
+  returns ``sequence_output`` [B, T, H], ``pooled_output`` [B, H] (the [CLS] vector: ELECTRA
+  has no pooler layer), ``encoder_outputs`` (one [B, T, H] per layer) and ``default``
+  (= pooled_output). ``obj.variables`` / ``obj.trainable_variables`` are there for
+  ``hub.KerasLayer``-style fine-tuning; the ``serving_default`` signature takes the three
+  tensors as keyword arguments.
+  """
+
+  def call(inputs, training=False):
+    out = encoder(inputs["input_word_ids"], inputs["input_mask"], inputs["input_type_ids"],
+                  training=training)
+    sequence = out["sequence_output"]
+    layers = tf.unstack(out["all_layer_outputs"], encoder.config.num_hidden_layers)
+    return {"sequence_output": sequence, "pooled_output": sequence[:, 0],
+            "encoder_outputs": layers, "default": sequence[:, 0]}
+
+  def serve(input_word_ids, input_mask, input_type_ids):
+    out = call({"input_word_ids": input_word_ids, "input_mask": input_mask,
+                "input_type_ids": input_type_ids})
+    return {k: v for k, v in out.items() if k != "encoder_outputs"}
+
+  root = tf.train.Checkpoint()  # an object with plain attributes, as hub.KerasLayer expects
+  root.variables = list(encoder.variables)
+  root.trainable_variables = list(encoder.trainable_variables)
+  root.regularization_losses = []
+  root.__call__ = tf.function(call, input_signature=[_HUB_INPUTS, tf.TensorSpec([], tf.bool)])
+  serving = tf.function(serve, input_signature=[_IDS, _IDS, _IDS])
+  tf.saved_model.save(root, export_dir,
+                      signatures={"serving_default": serving.get_concrete_function()})

@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
-from electra_tf.convert import convert
+from electra_tf.convert import convert, convert_finetuned
 from electra_tf.hf_export import load_hf_export
 from tests.conftest import REPO_ROOT
 
@@ -102,3 +102,57 @@ def test_cli_reports_missing_checkpoint(tmp_path):
       cwd=REPO_ROOT, capture_output=True, text=True, timeout=120)
   assert proc.returncode != 0
   assert "checkpoint not found" in proc.stderr
+
+
+def test_encoder_export_is_hub_style(reference_dir, tmp_path):
+  folder = reference_dir / "electra_small_2l"
+  g = dict(np.load(folder / "golden.npz"))
+  result = convert(str(folder / "model.ckpt"), str(folder / "hparams.json"), str(tmp_path))
+  encoder = tf.saved_model.load(str(tmp_path / "encoder"))
+  inputs = {"input_word_ids": tf.constant(g["input_ids"]),
+            "input_mask": tf.constant(g["input_mask"]),
+            "input_type_ids": tf.constant(g["segment_ids"])}
+  out = encoder(inputs, False)
+  assert _max_diff(out["sequence_output"], g["clean_disc_sequence_output"]) <= ATOL
+  assert _max_diff(out["pooled_output"], g["clean_disc_sequence_output"][:, 0]) <= ATOL
+  assert len(out["encoder_outputs"]) == 2
+  names = {v.name.split(":")[0] for v in encoder.trainable_variables}
+  assert "electra/encoder/layer_1/output/dense/kernel" in names
+  assert not any(n.startswith("generator") for n in names)
+  served = encoder.signatures["serving_default"](**inputs)
+  assert _max_diff(served["pooled_output"], g["clean_disc_sequence_output"][:, 0]) <= ATOL
+  assert result["tf1"]
+
+
+def test_convert_finetuned_model_task_signatures(reference_dir, tmp_path):
+  folder = reference_dir / "finetune_heads"
+  g = dict(np.load(folder / "golden.npz"))
+  data_dir = tmp_path / "data"
+  (data_dir / "finetuning_data").mkdir(parents=True)
+  (data_dir / "vocab.txt").symlink_to(reference_dir / "vocab.txt")
+  for task in ("rte", "sts", "squad"):
+    (data_dir / "finetuning_data" / task).symlink_to(folder / "raw" / task)
+  hparams = json.loads((folder / "hparams.json").read_text())
+  hparams["task_names"] = ["rte", "sts", "squad"]  # chunk's head is then left unused
+  result = convert_finetuned(str(folder / "model.ckpt"), hparams, str(tmp_path / "out"),
+                             str(data_dir))
+  assert result["signatures"] == ["classify_rte", "classify_sts", "squad"]
+  loaded = tf.saved_model.load(result["saved_model"])
+
+  def run(name, task):
+    return loaded.signatures[name](**{k: tf.constant(g[f"{task}/in/{k}"])
+                                      for k in ("input_ids", "input_mask", "segment_ids")})
+
+  rte = run("classify_rte", "rte")
+  assert _max_diff(rte["logits"], g["rte/out/logits"]) <= ATOL
+  assert _max_diff(tf.reduce_sum(rte["probabilities"], -1), np.ones(3)) <= 1e-6
+  assert _max_diff(run("classify_sts", "sts")["logits"], g["sts/out/predictions"]) <= ATOL
+  squad = run("squad", "squad")
+  assert _max_diff(squad["start_logits"], g["squad/out/start_logits"]) <= 3e-5  # -1000 region
+  assert _max_diff(squad["answerable_logit"], g["squad/out/answerable_logit"]) <= ATOL
+  np.testing.assert_array_equal(squad["start_top_index"], g["squad/out/start_top_index"])
+  reader = tf.train.load_checkpoint(result["tf1"])
+  original = tf.train.load_checkpoint(str(folder / "model.ckpt"))
+  for name in reader.get_variable_to_shape_map():
+    if name != "global_step":
+      np.testing.assert_array_equal(reader.get_tensor(name), original.get_tensor(name), name)

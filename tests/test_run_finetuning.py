@@ -13,7 +13,7 @@ import tensorflow as tf
 
 import run_finetuning as rf
 from electra_tf.config import FinetuningConfig
-from electra_tf.finetuning import outputs, tfds_glue
+from electra_tf.finetuning import outputs, registry, tfds_glue
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 TINY = {"model_hparam_overrides": {"hidden_size": 32, "num_hidden_layers": 2},
@@ -172,11 +172,11 @@ def test_same_seed_same_results(data_root, vocab_file, tmp_path):
 
 def test_bad_input_is_a_one_line_error(data_root, vocab_file, tmp_path):
   with pytest.raises(ValueError, match="Unknown task 'rtee'; known tasks: cola, sst, mrpc"):
-    rf.build_tasks(_config(data_root, vocab_file, task_names=["rtee"]))
+    registry.build_tasks(_config(data_root, vocab_file, task_names=["rtee"]))
   with pytest.raises(FileNotFoundError, match="data folder for task 'cola' not found"):
-    rf.build_tasks(_config(data_root, vocab_file, task_names=["rte", "cola"]))
+    registry.build_tasks(_config(data_root, vocab_file, task_names=["rte", "cola"]))
   with pytest.raises(FileNotFoundError, match="vocab file not found"):
-    rf.build_tasks(_config(data_root, str(tmp_path / "no_vocab.txt"), task_names=["rte"]))
+    registry.build_tasks(_config(data_root, str(tmp_path / "no_vocab.txt"), task_names=["rte"]))
   missing = _config(data_root, vocab_file, task_names=["rte"],
                     init_checkpoint=str(tmp_path / "nothing"))
   with pytest.raises(FileNotFoundError, match='"init_checkpoint": null'):
@@ -209,7 +209,7 @@ def test_cli_errors(data_root, args, message):
 
 
 def test_glue_submission_rows(data_root, vocab_file):
-  tasks = {t.name: t for t in rf.build_tasks(_config(data_root, vocab_file,
+  tasks = {t.name: t for t in registry.build_tasks(_config(data_root, vocab_file,
                                                      task_names=["rte", "sts"]))}
   rows = outputs.glue_submission_rows(tasks["rte"], {1: np.array([0.1, 2.0]),
                                                      0: np.array([3.0, -1.0])})
@@ -228,7 +228,7 @@ def test_median_results():
 
 def test_tfds_rows_become_task_examples(data_root, vocab_file, data_dir, tmp_path):
   """TFDS GLUE rows (real RTE / STS-B rows in TFDS form) -> the same examples as the TSVs."""
-  tasks = {t.name: t for t in rf.build_tasks(_config(data_root, vocab_file,
+  tasks = {t.name: t for t in registry.build_tasks(_config(data_root, vocab_file,
                                                      task_names=["rte", "sts"]))}
   for name, split, label_names in (("rte", "dev", ["entailment", "not_entailment"]),
                                    ("sts", "train", [])):

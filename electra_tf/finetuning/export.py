@@ -55,7 +55,9 @@ class FinetunedExport(tf.Module):
 
   def __init__(self, model: Any, tasks: Sequence[Any]):
     super().__init__(name="electra_finetuned_export")
-    self.model = model
+    # Track only the variables: saving the Keras model itself would also trace its call().
+    self._model_ref = lambda: model
+    self.model_variables = list(model.variables)
     self._tasks = {t.name: t for t in tasks}
     unknown = sorted(set(self._tasks) - set(model.task_names))
     if unknown:
@@ -68,11 +70,11 @@ class FinetunedExport(tf.Module):
       setattr(self, names[task_name], fn)  # tracked, so the SavedModel keeps it
 
   def _sequence_output(self, input_ids, input_mask, segment_ids):
-    encoded = self.model.encoder(input_ids, input_mask, segment_ids, training=False)
+    encoded = self._model_ref().encoder(input_ids, input_mask, segment_ids, training=False)
     return encoded["sequence_output"]
 
   def _make_fn(self, task_name: str):
-    head = self.model.heads[task_name]
+    head = self._model_ref().heads[task_name]
     task = self._tasks[task_name]
     if isinstance(head, heads_lib.ClassificationHead):
       def classify(input_ids, input_mask, segment_ids):

@@ -92,3 +92,29 @@ def get_tasks(task_names: Sequence[str], tokenizer: Any, data_dir: str, max_seq_
     raise ValueError(f"Duplicate task names in {list(task_names)}")
   return [get_task(name, tokenizer, data_dir, max_seq_length, i, debug, **options)
           for i, name in enumerate(task_names)]
+
+
+def _tfds_glue_names():
+  from electra_tf.finetuning import tfds_glue
+  return tfds_glue.TFDS_GLUE
+
+
+def build_tasks(config: Any, use_tfds: bool = False) -> list[Any]:
+  """The run's tasks (official ``task_builder.get_tasks``), raw data in
+  ``config.raw_data_dir(task)``; an unknown name or a missing data folder is a one-line error."""
+  for name in config.task_names:
+    if name not in TASK_CLASSES:
+      raise ValueError(f"Unknown task {name!r}; known tasks: {', '.join(TASK_NAMES)}")
+    raw = config.raw_data_dir(name)
+    if not (use_tfds and name in _tfds_glue_names()) and not os.path.isdir(raw):
+      raise FileNotFoundError(f"data folder for task '{name}' not found: {raw}")
+  if not os.path.isfile(config.vocab_file):
+    raise FileNotFoundError(f"vocab file not found: {config.vocab_file} (put vocab.txt in the "
+                            "model folder or in data_dir, or set the vocab_file hparam)")
+  tokenizer = make_tokenizer(config.vocab_file, config.do_lower_case)
+  options = {k: getattr(config, k) for k in TASK_OPTIONS}
+  tasks = get_tasks(config.task_names, tokenizer, config.data_dir, config.max_seq_length,
+                    debug=config.debug, **options)
+  for task in tasks:  # honour a raw_data_dir hparam (the registry uses the default layout)
+    task.raw_data_dir = config.raw_data_dir(task.name)
+  return tasks
