@@ -21,9 +21,13 @@ import warnings
 from absl import app, flags
 
 FLAGS = flags.FLAGS
-flags.DEFINE_string("output_dir", None, "Directory for the corpus .txt files.")
-flags.DEFINE_integer("num_files", 8, "Documents are spread round-robin over this many files.")
-flags.DEFINE_integer("max_modules", 1000, "Stop after this many modules with text.")
+
+
+def define_flags() -> None:
+  """Command-line flags, defined on demand so importing this module defines none."""
+  flags.DEFINE_string("output_dir", None, "Directory for the corpus .txt files.")
+  flags.DEFINE_integer("num_files", 8, "Documents are spread round-robin over this many files.")
+  flags.DEFINE_integer("max_modules", 1000, "Stop after this many modules with text.")
 
 # Modules that start GUIs, print on import or are slow/unsafe to import.
 _SKIP_PREFIXES = ("antigravity", "this", "idlelib", "tkinter", "turtle", "test", "lib2to3",
@@ -108,4 +112,5 @@ def main(argv):
 
 
 if __name__ == "__main__":
+  define_flags()
   app.run(main)

@@ -15,10 +15,14 @@ import sys
 from absl import app, flags
 
 FLAGS = flags.FLAGS
-flags.DEFINE_string("corpus_dir", None, "Directory of UTF-8 .txt files.")
-flags.DEFINE_string("vocab_file", None, "Where to write the vocabulary (one token per line).")
-flags.DEFINE_integer("vocab_size", 8000, "Target vocabulary size (an upper bound).")
-flags.DEFINE_bool("do_lower_case", True, "Lower-case (and strip accents) before learning.")
+
+
+def define_flags() -> None:
+  """Command-line flags, defined on demand so importing this module defines none."""
+  flags.DEFINE_string("corpus_dir", None, "Directory of UTF-8 .txt files.")
+  flags.DEFINE_string("vocab_file", None, "Where to write the vocabulary (one token per line).")
+  flags.DEFINE_integer("vocab_size", 8000, "Target vocabulary size (an upper bound).")
+  flags.DEFINE_bool("do_lower_case", True, "Lower-case (and strip accents) before learning.")
 
 RESERVED = ("[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]")
 
@@ -55,9 +59,13 @@ def main(argv):
     raise app.UsageError(f"unexpected arguments: {' '.join(argv[1:])}")
   if not FLAGS.corpus_dir or not FLAGS.vocab_file:
     raise app.UsageError("--corpus_dir and --vocab_file are required")
-  size = learn_vocab(FLAGS.corpus_dir, FLAGS.vocab_file, FLAGS.vocab_size, FLAGS.do_lower_case)
+  try:
+    size = learn_vocab(FLAGS.corpus_dir, FLAGS.vocab_file, FLAGS.vocab_size, FLAGS.do_lower_case)
+  except (FileNotFoundError, ValueError) as e:
+    sys.exit(f"learn_vocab.py: error: {e}")
   print(f"vocabulary of {size} tokens -> {FLAGS.vocab_file}")
 
 
 if __name__ == "__main__":
+  define_flags()
   sys.exit(app.run(main))

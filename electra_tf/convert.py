@@ -15,17 +15,23 @@ hparams the checkpoint is a fine-tuned model: the SavedModel then has the task s
 from __future__ import annotations
 
 import os
+import sys
 
 from absl import app, flags, logging
 
 FLAGS = flags.FLAGS
-flags.DEFINE_string("checkpoint", None, "TF1 checkpoint prefix or directory, or a TF2 checkpoint.")
-flags.DEFINE_string("hparams", "{}", "Pre-training hparams: JSON dict or path to a JSON file.")
-flags.DEFINE_string("output_dir", None, "Where tf2/, saved_model/, tf1/ and hf/ are written.")
-flags.DEFINE_string("data_dir", None, "Fine-tuned models only (hparams with task_names): the "
-                    "official data_dir with vocab.txt and finetuning_data/<task>/ (label lists).")
-flags.DEFINE_bool("hf", True, "Also write Hugging Face folders under <output_dir>/hf "
-                  "(skipped for Electric, which has no Hugging Face class).")
+
+
+def define_flags() -> None:
+  """Command-line flags, defined on demand so importing this module defines none."""
+  flags.DEFINE_string("checkpoint", None,
+                      "TF1 checkpoint prefix or directory, or a TF2 checkpoint.")
+  flags.DEFINE_string("hparams", "{}", "Pre-training hparams: JSON dict or path to a JSON file.")
+  flags.DEFINE_string("output_dir", None, "Where tf2/, saved_model/, tf1/ and hf/ are written.")
+  flags.DEFINE_string("data_dir", None, "Fine-tuned models only (hparams with task_names): the "
+                      "official data_dir with vocab.txt and finetuning_data/<task>/ (label lists).")
+  flags.DEFINE_bool("hf", True, "Also write Hugging Face folders under <output_dir>/hf "
+                    "(skipped for Electric, which has no Hugging Face class).")
 
 
 def convert(checkpoint: str, hparams: str | dict, output_dir: str,
@@ -120,14 +126,19 @@ def main(argv):
     raise app.UsageError("--checkpoint and --output_dir are required")
   from electra_tf.config import load_hparams
 
-  if "task_names" in load_hparams(FLAGS.hparams):
-    result = convert_finetuned(FLAGS.checkpoint, FLAGS.hparams, FLAGS.output_dir, FLAGS.data_dir)
-  else:
-    result = convert(FLAGS.checkpoint, FLAGS.hparams, FLAGS.output_dir, hf=FLAGS.hf)
+  try:
+    if "task_names" in load_hparams(FLAGS.hparams):
+      result = convert_finetuned(FLAGS.checkpoint, FLAGS.hparams, FLAGS.output_dir,
+                                 FLAGS.data_dir)
+    else:
+      result = convert(FLAGS.checkpoint, FLAGS.hparams, FLAGS.output_dir, hf=FLAGS.hf)
+  except (FileNotFoundError, ValueError) as e:
+    sys.exit(f"convert: error: {e}")
   print(f"wrote {result['tf2']}, {result['saved_model']} (signatures: "
         f"{', '.join(result['signatures'])}), {result['tf1']}"
         + (f", {result['hf']}" if result["hf"] else ""))
 
 
 if __name__ == "__main__":
+  define_flags()
   app.run(main)
