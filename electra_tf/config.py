@@ -202,6 +202,8 @@ class PretrainingConfig(_HParams):
   model_dir: str = ""
   results_txt: str = ""
   results_pkl: str = ""
+  # ours: start from this checkpoint (official TF1 or ours) when model_dir has none
+  init_checkpoint: str | None = None
   # derived
   max_predictions_per_seq: int = 0
   # ours: None = nondeterministic like the official code

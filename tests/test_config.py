@@ -12,7 +12,7 @@ REPO_CONFIGS = os.path.join(os.path.dirname(os.path.dirname(__file__)), "configs
 
 # google-research/electra configure_pretraining.py (commit f93f3f8, with Electric): the values
 # after PretrainingConfig(model_name, data_dir) with no hparams. Paths use data_dir="D",
-# model_name="M". "seed" is ours.
+# model_name="M". "seed" and "init_checkpoint" are ours.
 OFFICIAL_PRETRAINING_DEFAULTS = {
   "model_name": "M", "debug": False, "do_train": True, "do_eval": False,
   "electra_objective": True, "electric_objective": False, "gen_weight": 1.0,
@@ -31,7 +31,7 @@ OFFICIAL_PRETRAINING_DEFAULTS = {
   "vocab_file": "D/vocab.txt", "model_dir": "D/models/M",
   "results_txt": "D/models/M/results/unsup_results.txt",
   "results_pkl": "D/models/M/results/unsup_results.pkl",
-  "max_predictions_per_seq": 19, "seed": None,
+  "max_predictions_per_seq": 19, "seed": None, "init_checkpoint": None,
 }
 # The paths the reference's *_config_resolved.json files leave out, plus our seed.
 PRETRAINING_PATHS = {"model_name", "pretrain_tfrecords", "vocab_file", "model_dir",
@@ -98,7 +98,7 @@ def test_pretraining_matches_reference(reference_dir, folder):
   resolved = _load(ref / "pretraining_config_resolved.json")
   ours = cfg.to_dict()
   _assert_same(ours, resolved)
-  assert set(ours) - set(resolved) == PRETRAINING_PATHS | {"seed"}
+  assert set(ours) - set(resolved) == PRETRAINING_PATHS | {"seed", "init_checkpoint"}
 
   bert = C.get_bert_config(cfg)
   assert bert == BertConfig.from_json_file(str(ref / "bert_config.json"))

@@ -81,9 +81,7 @@ def latest_checkpoint(model_dir: str) -> str | None:
   state = tf.train.get_checkpoint_state(model_dir)
   if state is None or not state.model_checkpoint_path:
     return None
-  path = state.model_checkpoint_path
-  if not os.path.isabs(path) and "://" not in path:
-    path = os.path.join(model_dir, path)
+  path = state.model_checkpoint_path  # relative names come back joined to model_dir already
   if not tf.io.gfile.exists(path + ".index"):
     raise FileNotFoundError(
         f"{os.path.join(model_dir, 'checkpoint')} names {path} but {path}.index does not exist; "

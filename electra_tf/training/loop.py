@@ -240,8 +240,13 @@ class Trainer:
   def _current_step(self) -> int:
     return int(self.global_step.numpy()) if self._restored else self.restore_or_initialize()
 
-  def train(self, dataset_fn: DatasetFn) -> dict[str, float]:
+  def train(self, dataset_fn: DatasetFn,
+            metrics: Sequence[tf_keras.metrics.Metric] = ()) -> dict[str, float]:
     """Trains up to settings.num_train_steps; returns the last logged values.
+
+    `metrics`: streaming Keras metrics that step_fn updates (create them under
+    strategy.scope()); each log line reports their `result()` over its interval, then resets
+    them (e.g. accuracy or AUC over all examples of the interval, not a mean of batch values).
 
     dataset_fn(input_context) must return the per-replica-batched dataset of one input
     pipeline (`input_context.get_per_replica_batch_size(global_batch)`). It is called after the
@@ -263,6 +268,8 @@ class Trainer:
                                    self._num_replicas, s.flops_per_step, s.peak_flops, writer,
                                    self.log_fn)
     logged: dict[str, float] = {}
+    for metric in metrics:
+      metric.reset_state()
     try:
       while step < s.num_train_steps:
         target = min(s.num_train_steps,
@@ -280,7 +287,10 @@ class Trainer:
                       f"{s.num_train_steps}; saving and stopping")
         end = exhausted or step >= s.num_train_steps
         if end or step % s.iterations_per_loop == 0:
-          logged = progress.log(step, monitoring.learning_rate_of(self.optimizer))
+          logged = progress.log(step, monitoring.learning_rate_of(self.optimizer),
+                                {m.name: float(m.result()) for m in metrics})
+          for metric in metrics:
+            metric.reset_state()
         if end or step % s.save_checkpoints_steps == 0:
           path = self._keeper.save(step)
           if self.is_chief:

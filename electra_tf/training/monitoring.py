@@ -66,12 +66,17 @@ class Progress:
       self._sums[k] = self._sums.get(k, 0.0) + float(v)
     self._count += num_steps
 
-  def log(self, step: int, learning_rate: float | None = None) -> dict[str, float]:
-    """Writes the interval's averages at `step`, prints a line, resets; returns what it wrote."""
+  def log(self, step: int, learning_rate: float | None = None,
+          extra: Mapping[str, float] | None = None) -> dict[str, float]:
+    """Writes the interval's averages at `step`, prints a line, resets; returns what it wrote.
+
+    `extra`: values already aggregated over the interval (e.g. streaming metrics), logged as is.
+    """
     now = time.perf_counter()
     steps = step - self._interval_step
     seconds = max(now - self._interval_time, 1e-9)
     values = {k: v / max(self._count, 1) for k, v in self._sums.items()}
+    values.update(extra or {})
     if learning_rate is not None:
       values["learning_rate"] = learning_rate
     if steps > 0:
