@@ -33,6 +33,7 @@ import tf_keras  # noqa: E402
 from absl import app, flags  # noqa: E402
 
 from electra_tf import checkpoints, training  # noqa: E402
+from electra_tf.cli import official_flag  # noqa: E402
 from electra_tf.config import FinetuningConfig, load_hparams  # noqa: E402
 from electra_tf.finetuning import features, outputs, qa, registry, tfds_glue  # noqa: E402
 from electra_tf.finetuning import model as model_lib  # noqa: E402
@@ -351,18 +352,11 @@ def run_finetuning(config: FinetuningConfig, strategy: Any = None, use_tfds: boo
   return results
 
 
-def _flag(underscored: str, hyphenated: str) -> str | None:
-  a, b = FLAGS[underscored].value, FLAGS[hyphenated].value
-  if a and b and a != b:
-    raise app.UsageError(f"--{underscored} and --{hyphenated} disagree: {a!r} vs {b!r}")
-  return a or b
-
-
 def main(argv: Sequence[str]) -> None:
   if len(argv) > 1:
     raise app.UsageError(f"unexpected arguments: {' '.join(argv[1:])}")
-  data_dir = _flag("data_dir", "data-dir")
-  model_name = _flag("model_name", "model-name")
+  data_dir = official_flag("data_dir", "data-dir")
+  model_name = official_flag("model_name", "model-name")
   if not data_dir or not model_name:
     raise app.UsageError("--data_dir and --model_name are required")
   tf.get_logger().setLevel("ERROR")  # as the official script

@@ -43,6 +43,8 @@ os.environ.setdefault("TF_USE_LEGACY_KERAS", "1")
 
 from absl import app, flags  # noqa: E402
 
+from electra_tf.cli import official_flag  # noqa: E402
+
 FLAGS = flags.FLAGS
 STRATEGIES = ("one_device", "mirrored", "multi_worker_mirrored", "tpu")
 PRECISIONS = ("none", "bfloat16", "float16")
@@ -355,18 +357,11 @@ def train_or_eval(config: Any, strategy: Any = None, jit_compile: bool = False,
   return results
 
 
-def _flag(underscored: str, hyphenated: str) -> str | None:
-  a, b = FLAGS[underscored].value, FLAGS[hyphenated].value
-  if a is not None and b is not None and a != b:
-    raise app.UsageError(f"--{underscored} and --{hyphenated} disagree: {a!r} vs {b!r}")
-  return a if a is not None else b
-
-
 def main(argv: Sequence[str]) -> None:
   if len(argv) > 1:
     raise app.UsageError(f"unexpected arguments: {' '.join(argv[1:])}")
-  data_dir = _flag("data_dir", "data-dir")
-  model_name = _flag("model_name", "model-name")
+  data_dir = official_flag("data_dir", "data-dir")
+  model_name = official_flag("model_name", "model-name")
   if not data_dir or not model_name:
     raise app.UsageError("--data_dir and --model_name are required")
   os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
