@@ -128,11 +128,7 @@ def write_examples(job_id: int, args: OwtArgs, rng: random.Random | None = None,
   except BaseException:
     writer.abort()
     raise
-  stats = writer.finish()
-  stats.seconds = time.time() - start
-  logging.info("Job %d: done, %d files, %d examples, %d tokens in %.1fs", job_id, stats.files,
-               stats.examples, stats.tokens, stats.seconds)
-  return stats
+  return bpd.finish_job(writer, job_id, start)
 
 
 def resolve(args: OwtArgs) -> OwtArgs:

@@ -530,6 +530,11 @@ def write_examples(job_id: int, args: BuildArgs, rng: random.Random | None = Non
   except BaseException:
     writer.abort()
     raise
+  return finish_job(writer, job_id, start)
+
+
+def finish_job(writer: ExampleWriter, job_id: int, start: float) -> JobStats:
+  """Closes a job's shards and logs its totals (shared with the OpenWebText builder)."""
   stats = writer.finish()
   stats.seconds = time.time() - start
   logging.info("Job %d: done, %d files, %d examples, %d tokens in %.1fs", job_id, stats.files,
