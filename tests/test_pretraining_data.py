@@ -131,11 +131,15 @@ def test_wrong_length_shards(golden, shards, tmp_path):
   path, _ = golden
   with pytest.raises(ValueError, match="has input_ids of length 128 but max_seq_length is 64"):
     pretraining_dataset(path, 8, 64)
-  # A later shard of another length fails inside the pipeline, naming that shard.
-  files = [shards[0][0], path]
+  # A later shard of another length fails inside the pipeline, naming that shard. Files are
+  # read in sorted order, so the 128-long copy gets a name that sorts after the good shard.
+  first, late = tmp_path / "a.tfrecord", tmp_path / "b.tfrecord"
+  first.write_bytes(open(shards[0][0], "rb").read())
+  late.write_bytes(open(path, "rb").read())
+  files = [str(late), str(first)]
   ds = pretraining_dataset(files, 8, 64, is_training=False)
   with pytest.raises(tf.errors.InvalidArgumentError,
-                     match=f"shard {path}: input_ids of length 128 but max_seq_length is 64"):
+                     match=f"shard {late}: input_ids of length 128 but max_seq_length is 64"):
     for _ in ds:
       pass
 
