@@ -7,13 +7,16 @@ ways, side by side in one run, all with the same seed (so the same examples):
    tf-models-official's ``FullTokenizer`` (the official code's algorithm), one process;
 2. the builder (batched ``FastTokenizer``), one process; 1 and 2 alternate ``--repeats``
    times and the best run of each counts (wall and CPU time of all threads);
-3. the builder with 1 and 2 processes through ``build`` (spawned workers; wall time includes
-   their start-up, "busy" is tokens / the slowest job's own time).
+3. process scaling: ``build`` with each count in ``--processes`` (spawned workers) over the
+   corpus linked ``--scaling_copies`` times (a larger corpus amortises each worker's TensorFlow
+   start-up), alternating ``--repeats`` times, best run of each; wall time includes start-up,
+   "busy" is tokens / the slowest job's own time. The speed-up over one process is printed
+   next to the ideal (the process count, capped by the CPU count).
 
 tokens/s counts WordPiece ids produced (no [CLS]/[SEP]/padding). The last line is the one-process
 speed-up of the builder over the pure-Python path.
 
-  python benchmarks/bench_data_prep.py [--max_mb=8] [--skip_scaling]
+  python benchmarks/bench_data_prep.py [--max_mb=8] [--processes=1,2] [--scaling_copies=4]
 """
 
 from __future__ import annotations
@@ -42,7 +45,9 @@ flags.DEFINE_integer("repeats", 2, "Alternating runs of each path; the best one 
 flags.DEFINE_string("vocab_file", os.path.join(_SHARED, "..", "reference", "vocab.txt"),
                     "WordPiece vocabulary.")
 flags.DEFINE_integer("max_seq_length", 128, "Tokens per example.")
-flags.DEFINE_bool("skip_scaling", False, "Skip the 1 vs 2 process runs.")
+flags.DEFINE_bool("skip_scaling", False, "Skip the process-scaling runs.")
+flags.DEFINE_list("processes", ["1", "2"], "Process counts for the scaling runs (1 first).")
+flags.DEFINE_integer("scaling_copies", 4, "Times the corpus is linked for the scaling runs.")
 FLAGS = flags.FLAGS
 
 
@@ -70,6 +75,41 @@ def make_corpus(dirs: list[str], max_mb: float, out_dir: str) -> tuple[int, int]
       n_files += 1
       n_bytes += os.path.getsize(path)
   return n_files, n_bytes
+
+
+def replicate_corpus(corpus: str, copies: int, out_dir: str) -> None:
+  """Links every corpus file `copies` times into `out_dir` (distinct names: distinct files)."""
+  os.makedirs(out_dir)
+  for name in sorted(os.listdir(corpus)):
+    for k in range(copies):
+      os.symlink(os.path.realpath(os.path.join(corpus, name)), os.path.join(out_dir, f"{k}-{name}"))
+
+
+def scaling(args: bpd.BuildArgs, counts: list[int], copies: int, repeats: int,
+            tmp: str) -> None:
+  """Best-of-`repeats` tokens/s of `build` at each process count, and the speed-up over 1."""
+  corpus = os.path.join(tmp, "corpus_scaling")
+  replicate_corpus(args.corpus_dir, copies, corpus)
+  best: dict[int, tuple[float, float, int]] = {}
+  for _ in range(repeats):
+    for n in counts:
+      scaled = bpd.BuildArgs(**{**args.__dict__, "corpus_dir": corpus, "num_processes": n,
+                                "num_out_files": max(args.num_out_files, n)})
+      start = time.perf_counter()
+      stats = bpd.build(scaled)
+      wall = time.perf_counter() - start
+      tokens = sum(s.tokens for s in stats)
+      busy = max(s.seconds for s in stats)
+      if n not in best or wall < best[n][0]:
+        best[n] = (wall, busy, tokens)
+  base = best[counts[0]][2] / best[counts[0]][0] / counts[0]  # tokens/s per process
+  for n in counts:
+    wall, busy, tokens = best[n]
+    ideal = min(n, os.cpu_count() or n)
+    print(f"build(), {n} process(es), {copies}x corpus: {tokens} tokens, best of {repeats}: "
+          f"wall {wall:.2f}s = {tokens / wall:,.0f} tokens/s; busy {busy:.2f}s = "
+          f"{tokens / busy:,.0f} tokens/s; speed-up over 1 process {tokens / wall / base:.2f}x "
+          f"(ideal {ideal:.2f}x on {os.cpu_count()} CPUs)")
 
 
 def shard_digest(output_dir: str) -> str:
@@ -126,15 +166,7 @@ def main(argv):
           f"speed-up {best['fast'][1] / best['py'][1]:.1f}x")
 
     if not FLAGS.skip_scaling:
-      for n in (1, 2):
-        scaled = bpd.BuildArgs(**{**args.__dict__, "num_processes": n})
-        start = time.perf_counter()
-        stats = bpd.build(scaled)
-        wall = time.perf_counter() - start
-        tokens = sum(s.tokens for s in stats)
-        busy = max(s.seconds for s in stats)
-        print(f"build(), {n} process(es): {tokens} tokens, wall {wall:.2f}s = "
-              f"{tokens / wall:,.0f} tokens/s; busy {busy:.2f}s = {tokens / busy:,.0f} tokens/s")
+      scaling(args, [int(n) for n in FLAGS.processes], FLAGS.scaling_copies, FLAGS.repeats, tmp)
     print(f"load average after: {os.getloadavg()[0]:.2f}")
     print(f"speed-up of the builder over the pure-Python tokenizer path (1 process, wall): "
           f"{best['fast'][0] / best['py'][0]:.1f}x")
