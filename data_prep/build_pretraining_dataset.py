@@ -550,15 +550,21 @@ def _job_entry(fn: Callable[..., JobStats], job_id: int, args: Any,
 
 def run_jobs(fn: Callable[[int, Any], JobStats], args: Any,
              num_processes: int) -> list[JobStats]:
-  """Runs `fn(job_id, args)` for every job: in this process for one job, else in spawned
-  processes (spawn, not fork: forking a process that has started TensorFlow is unsafe)."""
+  """Runs `fn(job_id, args)` for every job: job 0 in this process (already past its
+  TensorFlow start-up) while jobs 1.. run in spawned processes (spawn, not fork: forking a
+  process that has started TensorFlow is unsafe)."""
   if num_processes == 1:
     return [fn(0, args)]
   ctx = multiprocessing.get_context("spawn")
-  with futures.ProcessPoolExecutor(max_workers=num_processes, mp_context=ctx) as pool:
+  with futures.ProcessPoolExecutor(max_workers=num_processes - 1, mp_context=ctx) as pool:
     jobs = [pool.submit(_job_entry, fn, i, args, logging.get_verbosity())
-            for i in range(num_processes)]
-    return [j.result() for j in jobs]
+            for i in range(1, num_processes)]
+    try:
+      first = fn(0, args)
+    except BaseException:
+      pool.shutdown(wait=True, cancel_futures=True)
+      raise
+    return [first] + [j.result() for j in jobs]
 
 
 def log_totals(stats: list[JobStats], seconds: float) -> None:

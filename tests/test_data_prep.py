@@ -366,7 +366,7 @@ def test_two_processes_deterministic_per_job_seeds(data_dir, vocab_file, tmp_pat
   corpus = link_corpus(tmp_path, files)
   args = bpd.BuildArgs(corpus_dir=corpus, vocab_file=vocab_file, output_dir=str(tmp_path / "p2"),
                        num_processes=2, num_out_files=4, seed=5)
-  stats = bpd.build(args)  # spawned workers
+  stats = bpd.build(args)  # job 0 here, job 1 in a spawned worker
   assert [s.job_id for s in stats] == [0, 1]
   assert sum(s.files for s in stats) == len(files)
   assert sorted(os.listdir(args.output_dir)) == [f"pretrain_data.tfrecord-{i}-of-4"
