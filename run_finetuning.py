@@ -33,7 +33,7 @@ import tf_keras  # noqa: E402
 from absl import app, flags  # noqa: E402
 
 from electra_tf import checkpoints, training  # noqa: E402
-from electra_tf.cli import official_flag  # noqa: E402
+from electra_tf.cli import data_dir_and_model_name  # noqa: E402
 from electra_tf.config import FinetuningConfig, load_hparams  # noqa: E402
 from electra_tf.finetuning import features, outputs, qa, registry, tfds_glue  # noqa: E402
 from electra_tf.finetuning import model as model_lib  # noqa: E402
@@ -353,12 +353,7 @@ def run_finetuning(config: FinetuningConfig, strategy: Any = None, use_tfds: boo
 
 
 def main(argv: Sequence[str]) -> None:
-  if len(argv) > 1:
-    raise app.UsageError(f"unexpected arguments: {' '.join(argv[1:])}")
-  data_dir = official_flag("data_dir", "data-dir")
-  model_name = official_flag("model_name", "model-name")
-  if not data_dir or not model_name:
-    raise app.UsageError("--data_dir and --model_name are required")
+  data_dir, model_name = data_dir_and_model_name(list(argv))
   tf.get_logger().setLevel("ERROR")  # as the official script
   try:
     config = FinetuningConfig(model_name, data_dir, **load_hparams(FLAGS.hparams))

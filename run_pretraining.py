@@ -43,7 +43,7 @@ os.environ.setdefault("TF_USE_LEGACY_KERAS", "1")
 
 from absl import app, flags  # noqa: E402
 
-from electra_tf.cli import official_flag  # noqa: E402
+from electra_tf.cli import data_dir_and_model_name  # noqa: E402
 
 FLAGS = flags.FLAGS
 STRATEGIES = ("one_device", "mirrored", "multi_worker_mirrored", "tpu")
@@ -358,12 +358,7 @@ def train_or_eval(config: Any, strategy: Any = None, jit_compile: bool = False,
 
 
 def main(argv: Sequence[str]) -> None:
-  if len(argv) > 1:
-    raise app.UsageError(f"unexpected arguments: {' '.join(argv[1:])}")
-  data_dir = official_flag("data_dir", "data-dir")
-  model_name = official_flag("model_name", "model-name")
-  if not data_dir or not model_name:
-    raise app.UsageError("--data_dir and --model_name are required")
+  data_dir, model_name = data_dir_and_model_name(list(argv))
   os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
   from electra_tf.config import PretrainingConfig, load_hparams
 

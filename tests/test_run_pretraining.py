@@ -204,7 +204,11 @@ def test_bad_setup_is_a_one_line_error(pretrain_dir, tmp_path):
        "run_pretraining.py: error: Unknown hparam 'num_train_step' for PretrainingConfig "
        "(did you mean 'num_train_steps'?)"),
       (["--data_dir", "d", "--model_name", "m", "--num_gpu", "1"],
-       "Unknown command line flag 'num_gpu'")):
+       "Unknown command line flag 'num_gpu'"),
+      (["--data_dir", "d"], "--data_dir and --model_name are required"),
+      (["--data_dir", "d", "--model_name", "m", "stray"], "unexpected arguments: stray"),
+      (["--data_dir", "d", "--data-dir", "e", "--model_name", "m"],
+       "--data_dir and --data-dir disagree: 'd' vs 'e'")):
     proc = subprocess.run([sys.executable, script, *args], env=ENV, capture_output=True,
                           text=True, timeout=60)
     assert proc.returncode != 0 and message in proc.stderr, proc.stderr
