@@ -11,7 +11,8 @@ ways, side by side in one run, all with the same seed (so the same examples):
    corpus linked ``--scaling_copies`` times (a larger corpus amortises each worker's TensorFlow
    start-up), alternating ``--repeats`` times, best run of each; wall time includes start-up,
    "busy" is tokens / the slowest job's own time. The speed-up over one process is printed
-   next to the ideal (the process count, capped by the CPU count).
+   next to the ideal (the process count, capped by the CPU count) and next to the machine's
+   own ceiling: the speed-up of the same number of copies of a CPU-bound pure-Python loop.
 
 tokens/s counts WordPiece ids produced (no [CLS]/[SEP]/padding). The last line is the one-process
 speed-up of the builder over the pure-Python path.
@@ -22,10 +23,12 @@ speed-up of the builder over the pure-Python path.
 from __future__ import annotations
 
 import hashlib
+import multiprocessing
 import os
 import sys
 import tempfile
 import time
+from concurrent import futures
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
@@ -112,6 +115,27 @@ def scaling(args: bpd.BuildArgs, counts: list[int], copies: int, repeats: int,
           f"(ideal {ideal:.2f}x on {os.cpu_count()} CPUs)")
 
 
+def _spin(_: int) -> tuple[float, float]:
+  """A fixed CPU-bound pure-Python loop; returns its (start, end) wall-clock times."""
+  start, x = time.time(), 0
+  for i in range(15_000_000):
+    x += i * i % 7
+  return start, time.time()
+
+
+def machine_ceiling(counts: list[int]) -> None:
+  """How much faster n copies of a CPU-bound loop finish than one: the scaling this machine
+  allows at all (shared or throttled cores give less than n), measured next to the builder's."""
+  start, end = _spin(0)
+  one = end - start
+  for n in counts[1:]:
+    with futures.ProcessPoolExecutor(n, mp_context=multiprocessing.get_context("spawn")) as pool:
+      spans = list(pool.map(_spin, range(n)))
+    span = max(e for _, e in spans) - min(s for s, _ in spans)
+    print(f"machine ceiling: {n} processes of a CPU-bound loop did {n * one / span:.2f}x the work "
+          f"per second of one (ideal {min(n, os.cpu_count() or n):.2f}x)")
+
+
 def shard_digest(output_dir: str) -> str:
   h = hashlib.md5()
   for name in sorted(os.listdir(output_dir)):
@@ -166,7 +190,9 @@ def main(argv):
           f"speed-up {best['fast'][1] / best['py'][1]:.1f}x")
 
     if not FLAGS.skip_scaling:
-      scaling(args, [int(n) for n in FLAGS.processes], FLAGS.scaling_copies, FLAGS.repeats, tmp)
+      counts = [int(n) for n in FLAGS.processes]
+      machine_ceiling(counts)
+      scaling(args, counts, FLAGS.scaling_copies, FLAGS.repeats, tmp)
     print(f"load average after: {os.getloadavg()[0]:.2f}")
     print(f"speed-up of the builder over the pure-Python tokenizer path (1 process, wall): "
           f"{best['fast'][0] / best['py'][0]:.1f}x")
