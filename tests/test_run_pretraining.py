@@ -7,14 +7,13 @@ import json
 import os
 import pathlib
 import shutil
-import signal
 import subprocess
 import sys
-import time
 
 import numpy as np
 import pytest
 import tensorflow as tf
+from helpers import procs
 
 import run_pretraining as rp
 from data_prep import build_pretraining_dataset as bpd
@@ -222,13 +221,7 @@ def _script(data_dir, name, hparams) -> subprocess.Popen:
 
 
 def _finish(proc, timeout=300) -> str:
-  try:
-    out, _ = proc.communicate(timeout=timeout)
-  except subprocess.TimeoutExpired:
-    proc.kill()
-    out, _ = proc.communicate()
-    pytest.fail(f"subprocess timed out:\n{out[-3000:]}")
-  return out
+  return procs.finish(proc, timeout)
 
 
 @pytest.mark.slow
@@ -237,14 +230,7 @@ def test_sigkill_then_rerun_resumes_at_the_saved_step(pretrain_dir):
              "save_checkpoints_steps": 5, "keep_checkpoint_max": 2}
   model_dir = pretrain_dir / "models" / "killed"
   proc = _script(pretrain_dir, "killed", hparams)
-  deadline = time.time() + 240
-  while not (model_dir / "checkpoint").exists():
-    if proc.poll() is not None or time.time() > deadline:
-      pytest.fail(f"no checkpoint before exit/timeout:\n{_finish(proc)}")
-    time.sleep(0.01)
-  proc.send_signal(signal.SIGKILL)
-  _finish(proc)
-  assert proc.returncode == -signal.SIGKILL
+  procs.sigkill_after_first_checkpoint(proc, model_dir, timeout=240, poll=0.01)
   saved = int(training.latest_checkpoint(str(model_dir)).rsplit("-", 1)[1])
   assert 5 <= saved < 100
 

@@ -12,13 +12,12 @@ import signal
 import socket
 import subprocess
 import sys
-import time
 
 import numpy as np
 import pytest
 import tensorflow as tf
 import tf_keras
-from helpers import toy_train
+from helpers import procs, toy_train
 
 from electra_tf import training
 from electra_tf.training import checkpointing
@@ -35,16 +34,6 @@ REPLICA_ATOL = 1e-6
 def _toy(*args: str, **kwargs) -> subprocess.Popen:
   return subprocess.Popen([sys.executable, str(TOY), *args], env=kwargs.pop("env", ENV),
                           stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, **kwargs)
-
-
-def _finish(proc: subprocess.Popen, timeout: float = 120) -> str:
-  try:
-    out, _ = proc.communicate(timeout=timeout)
-  except subprocess.TimeoutExpired:
-    proc.kill()
-    out, _ = proc.communicate()
-    pytest.fail(f"subprocess timed out after {timeout}s:\n{out[-3000:]}")
-  return out
 
 
 def _tensors(prefix: str) -> dict[str, np.ndarray]:
@@ -71,14 +60,7 @@ def test_resume_after_sigkill_matches_uninterrupted_run(tmp_path):
   killed_dir = tmp_path / "killed"
   # ~0.05 s per step keeps the run alive long after the first checkpoint (step 10 of 30).
   proc = _toy("--model_dir", str(killed_dir), "--step_sleep", "0.05")
-  deadline = time.time() + 120
-  while not (killed_dir / "checkpoint").exists():
-    if proc.poll() is not None or time.time() > deadline:
-      pytest.fail(f"no checkpoint before exit/timeout:\n{_finish(proc)}")
-    time.sleep(0.02)
-  proc.send_signal(signal.SIGKILL)
-  _finish(proc)
-  assert proc.returncode == -signal.SIGKILL
+  procs.sigkill_after_first_checkpoint(proc, killed_dir, timeout=120, poll=0.02)
   saved = _state_step(killed_dir)
   assert saved in (10, 20), saved  # killed mid-run, after at least one checkpoint
 
@@ -104,7 +86,7 @@ def test_resume_after_sigkill_matches_uninterrupted_run(tmp_path):
 def test_kill_inside_a_save_leaves_state_on_last_complete_checkpoint(tmp_path, kill_at, orphan):
   model_dir = tmp_path / "run"
   proc = _toy("--model_dir", str(model_dir), "--kill_at", kill_at, "--kill_step", "20")
-  log = _finish(proc)
+  log = procs.finish(proc)
   assert proc.returncode == -signal.SIGKILL, log
   assert (model_dir / orphan).exists()  # the kill really hit the middle of the ckpt-20 save
   assert training.latest_checkpoint(str(model_dir)) == str(model_dir / "ckpt-10")
@@ -212,7 +194,7 @@ def test_evaluate_averages_batches_and_writes_results(tmp_path):
 def test_mirrored_over_two_cpus_matches_one_device(tmp_path):
   one, two = tmp_path / "one_device", tmp_path / "mirrored"
   out_json = tmp_path / "out.json"
-  log = _finish(_toy("--num_cpus", "2", "--strategy", "one_device,mirrored",
+  log = procs.finish(_toy("--num_cpus", "2", "--strategy", "one_device,mirrored",
                      "--model_dir", f"{one},{two}", "--out_json", str(out_json)))
   single, mirrored = json.loads(out_json.read_text()) if out_json.exists() else pytest.fail(log)
   assert (single["num_replicas"], mirrored["num_replicas"]) == (1, 2)
@@ -232,15 +214,15 @@ def _free_port() -> int:
 def test_multi_worker_mirrored_two_processes(tmp_path):
   model_dir = tmp_path / "mwms"
   workers = [f"127.0.0.1:{_free_port()}", f"127.0.0.1:{_free_port()}"]
-  procs = []
+  runs = []
   for index in range(2):
     tf_config = {"cluster": {"worker": workers}, "task": {"type": "worker", "index": index}}
-    procs.append(_toy("--strategy", "multi_worker_mirrored", "--model_dir", str(model_dir),
+    runs.append(_toy("--strategy", "multi_worker_mirrored", "--model_dir", str(model_dir),
                       "--num_train_steps", "10", "--save_checkpoints_steps", "10",
                       "--out_json", str(tmp_path / f"worker{index}.json"),
                       env={**ENV, "TF_CONFIG": json.dumps(tf_config)}))
-  logs = [_finish(p, timeout=240) for p in procs]
-  assert [p.returncode for p in procs] == [0, 0], "\n".join(log[-2000:] for log in logs)
+  logs = [procs.finish(p, timeout=240) for p in runs]
+  assert [p.returncode for p in runs] == [0, 0], "\n".join(log[-2000:] for log in logs)
   summaries = [json.loads((tmp_path / f"worker{i}.json").read_text())[0] for i in range(2)]
   assert [(s["is_chief"], s["num_replicas"], s["final_step"]) for s in summaries] == [
       (True, 2, 10), (False, 2, 10)]
