@@ -66,7 +66,7 @@ def hf_config(config: BertConfig, embedding_size: int, architecture: str) -> dic
   }
 
 
-def _bert_config_from_hf(cfg: Mapping[str, Any]) -> tuple[BertConfig, int]:
+def bert_config_from_hf(cfg: Mapping[str, Any]) -> tuple[BertConfig, int]:
   """(BertConfig, embedding_size) from an HF ELECTRA ``config.json``."""
   fields = {f.name for f in dataclasses.fields(BertConfig)}
   config = BertConfig.from_dict({k: v for k, v in cfg.items() if k in fields})
@@ -207,7 +207,7 @@ def _read_folder(folder: str, layout: Mapping[str, str] | None) -> dict[str, np.
   """One HF model folder -> TF1 name -> array (kernels transposed back)."""
   with open(os.path.join(folder, CONFIG_FILE)) as f:
     cfg = json.load(f)
-  config, e = _bert_config_from_hf(cfg)
+  config, e = bert_config_from_hf(cfg)
   arch = (cfg.get("architectures") or [None])[0]
   tensors = load_file(os.path.join(folder, WEIGHTS_FILE))
   if arch == DISCRIMINATOR_CLASS:
