@@ -7,7 +7,8 @@
 - ``<out>/electra_tf_layout.json``: which TF1 scopes each folder came from, so
   ``load_hf_export`` maps the tensors back to the exact TF1 names.
 
-Weights are written with ``safetensors.numpy`` (no torch needed). The HF names follow
+Weights are written with ``safetensors.numpy`` (no torch needed). The name table lives in
+``electra_tf.names`` (``discriminator_table`` / ``generator_table``, read both ways) and follows
 ``transformers/models/electra/modeling_electra.py``: torch ``Linear`` weights are [out, in], so
 kernels are transposed; LayerNorm gamma -> ``weight``, beta -> ``bias``; ``dense_1`` of the
 discriminator head -> ``dense_prediction``; ``generator_predictions/output_bias`` ->

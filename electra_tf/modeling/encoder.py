@@ -96,7 +96,10 @@ class TransformerBlock(ScopedLayer):
                        f"{config.num_attention_heads}")
     self.num_heads = config.num_attention_heads
     self.head_size = h // config.num_attention_heads
-    sub = lambda name: names.join(scope, name)  # noqa: E731
+
+    def sub(name: str) -> str:
+      return names.join(scope, name)
+
     self.query = Dense(h, sub(names.QUERY), kernel_initializer=init())
     self.key = Dense(h, sub(names.KEY), kernel_initializer=init())
     self.value = Dense(h, sub(names.VALUE), kernel_initializer=init())
