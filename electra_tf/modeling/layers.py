@@ -4,7 +4,10 @@ Keras names variables after the name scopes active when a layer is first called,
 depends on who calls it first (the generator runs before the discriminator, yet both read
 ``electra/embeddings``). These layers instead create their variables under an explicit,
 absolute scope such as ``electra/encoder/layer_0/attention/self/query``, so the TF2 variable
-name is the official checkpoint key whatever the call order or the enclosing model.
+name is the official checkpoint key whatever the call order or the enclosing model. Scope and
+variable names come from ``electra_tf.names``. Every layer has ``get_config`` (and
+``from_config`` where the constructor takes objects) and is registered as ``electra_tf>Name``
+for ``tf_keras.layers.deserialize``.
 """
 
 from __future__ import annotations
