@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import dataclasses
 import os
-import re
 import shutil
 import tempfile
 from collections.abc import Iterable, Mapping
@@ -19,13 +18,7 @@ from collections.abc import Iterable, Mapping
 import numpy as np
 import tensorflow as tf
 
-# Tensors an official checkpoint may hold that no model variable corresponds to.
-OPTIMIZER_STATE = re.compile(r"(^global_step$|/adam_[mv]$)")
-
-
-def tf1_name(variable: tf.Variable) -> str:
-  """``electra/embeddings/word_embeddings:0`` -> ``electra/embeddings/word_embeddings``."""
-  return variable.name.split(":")[0]
+from electra_tf.names import GLOBAL_STEP, OPTIMIZER_STATE, tf1_name
 
 
 def variables_by_name(variables: Iterable[tf.Variable]) -> dict[str, tf.Variable]:
@@ -132,8 +125,8 @@ def save_tf1_checkpoint(variables: Mapping[str, tf.Variable | np.ndarray], outpu
     if not isinstance(value, tf.Variable):
       value = tf.Variable(value, name=key.replace("/", "_"), trainable=False)
     var_list[key] = value
-  var_list.setdefault("global_step", tf.Variable(np.int64(global_step), dtype=tf.int64,
-                                                 trainable=False, name="global_step"))
+  var_list.setdefault(GLOBAL_STEP, tf.Variable(np.int64(global_step), dtype=tf.int64,
+                                               trainable=False, name=GLOBAL_STEP))
   tmp_dir = tempfile.mkdtemp(prefix=".tmp-tf1-", dir=output_dir)
   try:
     saver = tf.compat.v1.train.Saver(var_list=var_list, save_relative_paths=True)

@@ -19,6 +19,8 @@ import sys
 
 from absl import app, flags, logging
 
+from electra_tf.console import log
+
 FLAGS = flags.FLAGS
 
 
@@ -40,7 +42,7 @@ def convert(checkpoint: str, hparams: str | dict, output_dir: str,
   import numpy as np
   import tensorflow as tf
 
-  from electra_tf import checkpoints
+  from electra_tf import checkpoints, names
   from electra_tf.config import PretrainingConfig, load_hparams
   from electra_tf.export import export_encoder_saved_model, export_saved_model
   from electra_tf.pretraining.objectives import PretrainingModel
@@ -54,8 +56,8 @@ def convert(checkpoint: str, hparams: str | dict, output_dir: str,
   if checkpoints.is_tf1_checkpoint(prefix):
     report = checkpoints.load_tf1_checkpoint(variables, prefix, allow_unused=False)
     reader = tf.train.load_checkpoint(prefix)
-    if reader.has_tensor("global_step"):
-      global_step = int(reader.get_tensor("global_step"))
+    if reader.has_tensor(names.GLOBAL_STEP):
+      global_step = int(reader.get_tensor(names.GLOBAL_STEP))
     logging.info("TF1 checkpoint %s: %s", prefix, report.summary())
   else:
     step = tf.Variable(0, dtype=tf.int64)
@@ -134,7 +136,7 @@ def main(argv):
       result = convert(FLAGS.checkpoint, FLAGS.hparams, FLAGS.output_dir, hf=FLAGS.hf)
   except (FileNotFoundError, ValueError) as e:
     sys.exit(f"convert: error: {e}")
-  print(f"wrote {result['tf2']}, {result['saved_model']} (signatures: "
+  log(f"wrote {result['tf2']}, {result['saved_model']} (signatures: "
         f"{', '.join(result['signatures'])}), {result['tf1']}"
         + (f", {result['hf']}" if result["hf"] else ""))
 

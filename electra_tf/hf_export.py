@@ -7,7 +7,8 @@
 - ``<out>/electra_tf_layout.json``: which TF1 scopes each folder came from, so
   ``load_hf_export`` maps the tensors back to the exact TF1 names.
 
-Weights are written with ``safetensors.numpy`` (no torch needed). The HF names follow
+Weights are written with ``safetensors.numpy`` (no torch needed). The name table lives in
+``electra_tf.names`` (``discriminator_table`` / ``generator_table``, read both ways) and follows
 ``transformers/models/electra/modeling_electra.py``: torch ``Linear`` weights are [out, in], so
 kernels are transposed; LayerNorm gamma -> ``weight``, beta -> ``bias``; ``dense_1`` of the
 discriminator head -> ``dense_prediction``; ``generator_predictions/output_bias`` ->
@@ -20,7 +21,6 @@ from __future__ import annotations
 import dataclasses
 import json
 import os
-import re
 import tempfile
 from collections.abc import Mapping
 from typing import Any
@@ -28,7 +28,9 @@ from typing import Any
 import numpy as np
 from safetensors.numpy import load_file, save_file
 
+from electra_tf import names
 from electra_tf.modeling.bert_config import BertConfig
+from electra_tf.names import HfTable
 
 DISCRIMINATOR_DIR = "discriminator"
 GENERATOR_DIR = "generator"
@@ -38,88 +40,6 @@ CONFIG_FILE = "config.json"
 DISCRIMINATOR_CLASS = "ElectraForPreTraining"
 GENERATOR_CLASS = "ElectraForMaskedLM"
 LAYER_NORM_EPS = 1e-12  # contrib layer_norm's epsilon, what every official LayerNorm uses
-# Checkpoint entries that are training state, not model weights.
-_TRAINING_STATE = re.compile(r"(^global_step$|/adam_[mv]$)")
-_ELECTRIC_SCOPES = ("generator_ltr/", "generator_rtl/", "cloze_predictions/")
-
-
-@dataclasses.dataclass(frozen=True)
-class _Row:
-  """One tensor: TF1 name and shape <-> HF name; ``transpose`` for dense kernels."""
-
-  tf_name: str
-  hf_name: str
-  tf_shape: tuple[int, ...]
-  transpose: bool = False
-
-
-def _dense(tf_scope: str, hf_scope: str, n_in: int, n_out: int) -> list[_Row]:
-  """tf ``kernel`` [in, out], ``bias`` [out] <-> torch ``weight`` [out, in], ``bias``."""
-  return [_Row(f"{tf_scope}/kernel", f"{hf_scope}.weight", (n_in, n_out), transpose=True),
-          _Row(f"{tf_scope}/bias", f"{hf_scope}.bias", (n_out,))]
-
-
-def _layer_norm(tf_scope: str, hf_scope: str, dim: int) -> list[_Row]:
-  return [_Row(f"{tf_scope}/gamma", f"{hf_scope}.weight", (dim,)),
-          _Row(f"{tf_scope}/beta", f"{hf_scope}.bias", (dim,))]
-
-
-def _embedding_rows(tf_scope: str, config: BertConfig, embedding_size: int) -> list[_Row]:
-  """``<tf_scope>/{word,token_type,position}_embeddings`` + LayerNorm -> ``electra.embeddings``."""
-  e = embedding_size
-  return [
-      _Row(f"{tf_scope}/word_embeddings", "electra.embeddings.word_embeddings.weight",
-           (config.vocab_size, e)),
-      _Row(f"{tf_scope}/position_embeddings", "electra.embeddings.position_embeddings.weight",
-           (config.max_position_embeddings, e)),
-      _Row(f"{tf_scope}/token_type_embeddings",
-           "electra.embeddings.token_type_embeddings.weight", (config.type_vocab_size, e)),
-      *_layer_norm(f"{tf_scope}/LayerNorm", "electra.embeddings.LayerNorm", e),
-  ]
-
-
-def _tower_rows(scope: str, embeddings_scope: str, config: BertConfig,
-                embedding_size: int) -> list[_Row]:
-  """One official ``BertModel`` (embeddings, projection, L layers) -> HF ``electra.*``."""
-  h, i = config.hidden_size, config.intermediate_size
-  rows = _embedding_rows(embeddings_scope, config, embedding_size)
-  if embedding_size != h:
-    rows += _dense(f"{scope}/embeddings_project", "electra.embeddings_project", embedding_size, h)
-  for n in range(config.num_hidden_layers):
-    tf_l, hf_l = f"{scope}/encoder/layer_{n}", f"electra.encoder.layer.{n}"
-    for part in ("query", "key", "value"):
-      rows += _dense(f"{tf_l}/attention/self/{part}", f"{hf_l}.attention.self.{part}", h, h)
-    rows += _dense(f"{tf_l}/attention/output/dense", f"{hf_l}.attention.output.dense", h, h)
-    rows += _layer_norm(f"{tf_l}/attention/output/LayerNorm",
-                        f"{hf_l}.attention.output.LayerNorm", h)
-    rows += _dense(f"{tf_l}/intermediate/dense", f"{hf_l}.intermediate.dense", h, i)
-    rows += _dense(f"{tf_l}/output/dense", f"{hf_l}.output.dense", i, h)
-    rows += _layer_norm(f"{tf_l}/output/LayerNorm", f"{hf_l}.output.LayerNorm", h)
-  return rows
-
-
-def discriminator_rows(config: BertConfig, embedding_size: int) -> list[_Row]:
-  """Name table of ``ElectraForPreTraining`` (tower ``electra`` + ``discriminator_predictions``)."""
-  h = config.hidden_size
-  return (_tower_rows("electra", "electra/embeddings", config, embedding_size)
-          + _dense("discriminator_predictions/dense", "discriminator_predictions.dense", h, h)
-          + _dense("discriminator_predictions/dense_1",
-                   "discriminator_predictions.dense_prediction", h, 1))
-
-
-def generator_rows(config: BertConfig, embedding_size: int, scope: str = "generator",
-                   embeddings_scope: str = "electra/embeddings") -> list[_Row]:
-  """Name table of ``ElectraForMaskedLM`` (tower ``scope`` + ``generator_predictions``).
-
-  ``generator_lm_head.weight`` is not a row: it is the word-embedding table itself (tied).
-  """
-  return (_tower_rows(scope, embeddings_scope, config, embedding_size)
-          + _dense("generator_predictions/dense", "generator_predictions.dense",
-                   config.hidden_size, embedding_size)
-          + _layer_norm("generator_predictions/LayerNorm", "generator_predictions.LayerNorm",
-                        embedding_size)
-          + [_Row("generator_predictions/output_bias", "generator_lm_head.bias",
-                  (config.vocab_size,))])
 
 
 def hf_config(config: BertConfig, embedding_size: int, architecture: str) -> dict[str, Any]:
@@ -147,7 +67,7 @@ def hf_config(config: BertConfig, embedding_size: int, architecture: str) -> dic
   }
 
 
-def _bert_config_from_hf(cfg: Mapping[str, Any]) -> tuple[BertConfig, int]:
+def bert_config_from_hf(cfg: Mapping[str, Any]) -> tuple[BertConfig, int]:
   """(BertConfig, embedding_size) from an HF ELECTRA ``config.json``."""
   fields = {f.name for f in dataclasses.fields(BertConfig)}
   config = BertConfig.from_dict({k: v for k, v in cfg.items() if k in fields})
@@ -158,10 +78,11 @@ def _as_array(value: Any) -> np.ndarray:
   return np.asarray(value.numpy() if hasattr(value, "numpy") else value)
 
 
-def _take(variables: Mapping[str, np.ndarray], rows: list[_Row]) -> dict[str, np.ndarray]:
-  """HF name -> array for ``rows``; a missing variable or a wrong shape is an error."""
+def _take(variables: Mapping[str, np.ndarray], table: HfTable) -> dict[str, np.ndarray]:
+  """HF name -> array for every row of ``table``; a missing variable or a wrong shape is an
+  error. Alias rows (the tied ``generator_lm_head.weight``) repeat their TF1 tensor."""
   out = {}
-  for row in rows:
+  for row in table.rows:
     if row.tf_name not in variables:
       raise ValueError(f"HF export needs variable {row.tf_name!r}, which is missing")
     array = variables[row.tf_name]
@@ -217,13 +138,15 @@ def export_hf(variables: Mapping[str, Any], disc_config: BertConfig | None,
     ValueError: Electric variables, a missing variable, a shape that contradicts the configs,
       an unexported variable, or a head activation HF cannot express.
   """
-  arrays = {k: _as_array(v) for k, v in variables.items() if not _TRAINING_STATE.search(k)}
-  electric = sorted(k for k in arrays if k.startswith(_ELECTRIC_SCOPES))
+  arrays = {k: _as_array(v) for k, v in variables.items()
+            if not names.OPTIMIZER_STATE.search(k)}
+  electric = sorted(k for k in arrays if k.startswith(tuple(s + "/" for s in
+                                                            names.ELECTRIC_SCOPES)))
   if electric:
     raise ValueError(f"Electric's two-tower cloze generator ({electric[0]}, ...) has no Hugging "
                      "Face model class; HF export supports ELECTRA and masked-LM models only")
-  has_disc = "discriminator_predictions/dense_1/kernel" in arrays
-  has_gen = "generator_predictions/output_bias" in arrays
+  has_disc = names.join(names.DISCRIMINATOR_HEAD, names.DENSE_1, names.KERNEL) in arrays
+  has_gen = names.join(names.GENERATOR_HEAD, names.OUTPUT_BIAS) in arrays
   if not (has_disc or has_gen):
     raise ValueError("nothing to export: no discriminator_predictions/* or "
                      "generator_predictions/* variables (fine-tuned models have no HF head here)")
@@ -236,14 +159,16 @@ def export_hf(variables: Mapping[str, Any], disc_config: BertConfig | None,
   used: set[str] = set()
   folders = []
   if has_disc:
-    rows = discriminator_rows(disc_config, e)
-    folders.append((DISCRIMINATOR_DIR, _take(arrays, rows),
+    table = names.discriminator_table(disc_config, e)
+    folders.append((DISCRIMINATOR_DIR, _take(arrays, table),
                     hf_config(disc_config, e, DISCRIMINATOR_CLASS)))
-    used.update(r.tf_name for r in rows)
-    layout[DISCRIMINATOR_DIR] = {"tower": "electra", "embeddings": "electra/embeddings"}
+    used.update(r.tf_name for r in table.rows)
+    layout[DISCRIMINATOR_DIR] = {"tower": names.DISCRIMINATOR,
+                                 "embeddings": names.embeddings_scope(names.DISCRIMINATOR)}
   if has_gen:
-    own_tower = any(k.startswith("generator/") for k in arrays)
-    own_embeddings = "generator/embeddings/word_embeddings" in arrays
+    own_tower = any(k.startswith(names.GENERATOR + "/") for k in arrays)
+    gen_embeddings = names.embeddings_scope(names.GENERATOR)
+    own_embeddings = names.join(gen_embeddings, names.WORD_EMBEDDINGS) in arrays
     if own_embeddings != bool(untied_generator_embeddings):
       raise ValueError(
           f"untied_generator_embeddings={untied_generator_embeddings} but the variables "
@@ -251,21 +176,21 @@ def export_hf(variables: Mapping[str, Any], disc_config: BertConfig | None,
     if own_tower:
       if gen_config is None:
         raise ValueError("gen_config is required: the variables hold a generator/ tower")
-      config, scope = gen_config, "generator"
-      emb_scope, gen_e = (("generator/embeddings", gen_config.hidden_size) if own_embeddings
-                          else ("electra/embeddings", e))
+      config, scope = gen_config, names.GENERATOR
+      emb_scope, gen_e = ((gen_embeddings, gen_config.hidden_size) if own_embeddings
+                          else (names.embeddings_scope(names.DISCRIMINATOR), e))
     else:  # masked-LM head on the discriminator tower (fully tied generator / MLM-only)
-      config, scope, emb_scope, gen_e = disc_config, "electra", "electra/embeddings", e
+      config, scope, gen_e = disc_config, names.DISCRIMINATOR, e
+      emb_scope = names.embeddings_scope(names.DISCRIMINATOR)
     if disc_config.hidden_act.lower() != "gelu":
       # Our head (like the official get_token_logits) applies the discriminator's hidden_act;
       # HF's ElectraGeneratorPredictions always applies gelu.
       raise ValueError(f"hidden_act={disc_config.hidden_act!r}: HF ElectraForMaskedLM's "
                        "generator head always uses gelu, so the generator cannot be exported")
-    rows = generator_rows(config, gen_e, scope, emb_scope)
-    tensors = _take(arrays, rows)
-    tensors["generator_lm_head.weight"] = tensors["electra.embeddings.word_embeddings.weight"]
-    folders.append((GENERATOR_DIR, tensors, hf_config(config, gen_e, GENERATOR_CLASS)))
-    used.update(r.tf_name for r in rows)
+    table = names.generator_table(config, gen_e, scope, emb_scope)
+    folders.append((GENERATOR_DIR, _take(arrays, table),
+                    hf_config(config, gen_e, GENERATOR_CLASS)))
+    used.update(r.tf_name for r in table.rows)
     layout[GENERATOR_DIR] = {"tower": scope, "embeddings": emb_scope}
   unused = sorted(set(arrays) - used)
   if unused:
@@ -283,24 +208,20 @@ def _read_folder(folder: str, layout: Mapping[str, str] | None) -> dict[str, np.
   """One HF model folder -> TF1 name -> array (kernels transposed back)."""
   with open(os.path.join(folder, CONFIG_FILE)) as f:
     cfg = json.load(f)
-  config, e = _bert_config_from_hf(cfg)
+  config, e = bert_config_from_hf(cfg)
   arch = (cfg.get("architectures") or [None])[0]
   tensors = load_file(os.path.join(folder, WEIGHTS_FILE))
   if arch == DISCRIMINATOR_CLASS:
-    rows = discriminator_rows(config, e)
+    table = names.discriminator_table(config, e)
   elif arch == GENERATOR_CLASS:
-    layout = layout or {"tower": "generator", "embeddings": "electra/embeddings"}
-    rows = generator_rows(config, e, layout["tower"], layout["embeddings"])
-    head = tensors.pop("generator_lm_head.weight", None)
-    table = tensors.get("electra.embeddings.word_embeddings.weight")
-    if head is not None and table is not None and not np.array_equal(head, table):
-      raise ValueError(f"{folder}: generator_lm_head.weight differs from the word embeddings; "
-                       "ELECTRA's output layer is tied to them")
+    layout = layout or {"tower": names.GENERATOR,
+                        "embeddings": names.embeddings_scope(names.DISCRIMINATOR)}
+    table = names.generator_table(config, e, layout["tower"], layout["embeddings"])
   else:
     raise ValueError(f"{folder}: architectures {cfg.get('architectures')} is neither "
                      f"{DISCRIMINATOR_CLASS} nor {GENERATOR_CLASS}")
   out = {}
-  for row in rows:
+  for row in table.primary_rows:
     if row.hf_name not in tensors:
       raise ValueError(f"{folder}: {WEIGHTS_FILE} lacks {row.hf_name}")
     array = tensors.pop(row.hf_name)
@@ -309,6 +230,11 @@ def _read_folder(folder: str, layout: Mapping[str, str] | None) -> dict[str, np.
       raise ValueError(f"{folder}: {row.hf_name} gives {row.tf_name} shape {list(array.shape)}, "
                        f"config.json implies {list(row.tf_shape)}")
     out[row.tf_name] = array
+  for row in table.rows:
+    alias = tensors.pop(row.hf_name, None) if row.alias else None
+    if alias is not None and not np.array_equal(alias, out[row.tf_name]):
+      raise ValueError(f"{folder}: {row.hf_name} differs from {table.to_hf(row.tf_name)}; "
+                       "ELECTRA's output layer is tied to the word embeddings")
   if tensors:
     raise ValueError(f"{folder}: unexpected tensor(s) {sorted(tensors)[:3]}")
   return out

@@ -25,14 +25,10 @@ from collections.abc import Sequence
 import tensorflow as tf
 import tf_keras
 
+from electra_tf.names import tf1_name
+
 LR_STEP_MODES = ("as_run", "ordered")
 EXCLUDE_FROM_WEIGHT_DECAY = ("LayerNorm", "layer_norm", "bias")
-
-
-def tf1_name(variable: tf.Variable) -> str:
-  """``variable.name`` without the ``:<output index>`` suffix (the TF1 checkpoint key)."""
-  match = re.match(r"^(.*):\d+$", variable.name)
-  return match.group(1) if match else variable.name
 
 
 def warmup_steps_for(num_train_steps: int, warmup_steps: float = 0,

@@ -7,11 +7,7 @@ os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 os.environ.setdefault("TF_USE_LEGACY_KERAS", "1")
 
 import pytest  # noqa: E402
-
-REPO_ROOT = pathlib.Path(__file__).resolve().parents[1]
-SHARED = pathlib.Path(os.environ.get("ELECTRA_SHARED", REPO_ROOT.parent / "shared"))
-REFERENCE = SHARED / "reference"
-DATA = SHARED / "data"
+from helpers.paths import DATA, REFERENCE  # noqa: E402
 
 
 @pytest.fixture(scope="session")

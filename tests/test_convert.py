@@ -7,10 +7,10 @@ import sys
 import numpy as np
 import pytest
 import tensorflow as tf
+from helpers.paths import REPO_ROOT
 
 from electra_tf.convert import convert, convert_finetuned
 from electra_tf.hf_export import load_hf_export
-from tests.conftest import REPO_ROOT
 
 ATOL = 1e-5
 

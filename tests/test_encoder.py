@@ -4,7 +4,7 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
-from electra_tf import checkpoints
+from electra_tf import checkpoints, names
 from electra_tf.modeling.bert_config import BertConfig
 from electra_tf.modeling.encoder import Transformer
 from electra_tf.modeling.heads import DiscriminatorHead, MaskedLMHead
@@ -131,12 +131,12 @@ def test_any_config_builds_with_expected_names():
   out = tower(tf.zeros([2, 11], tf.int32), tf.ones([2, 11], tf.int32), tf.zeros([2, 11], tf.int32))
   assert out["sequence_output"].shape == (2, 11, 24)
   assert out["all_layer_outputs"].shape == (3, 2, 11, 24)
-  names = {checkpoints.tf1_name(v): v.shape.as_list() for v in tower.weights}
-  assert names["electra/embeddings/word_embeddings"] == [37, 8]
-  assert names["electra/embeddings/token_type_embeddings"] == [3, 8]
-  assert names["electra/embeddings_project/kernel"] == [8, 24]
-  assert names["electra/encoder/layer_2/intermediate/dense/kernel"] == [24, 40]
-  assert len(names) == 5 + 2 + 3 * 16
+  shapes = {names.tf1_name(v): v.shape.as_list() for v in tower.weights}
+  assert shapes["electra/embeddings/word_embeddings"] == [37, 8]
+  assert shapes["electra/embeddings/token_type_embeddings"] == [3, 8]
+  assert shapes["electra/embeddings_project/kernel"] == [8, 24]
+  assert shapes["electra/encoder/layer_2/intermediate/dense/kernel"] == [24, 40]
+  assert len(shapes) == 5 + 2 + 3 * 16
   # No projection when E == H; distinct random init per variable.
   same = Transformer(cfg.replace(hidden_size=8, num_attention_heads=2), embedding_size=8,
                      scope="other")
@@ -152,6 +152,6 @@ def test_untied_generator_embeddings_scope():
                    intermediate_size=64, max_position_embeddings=8)
   gen = Transformer(cfg, scope="generator")
   gen.build(None)
-  names = sorted(checkpoints.tf1_name(v) for v in gen.weights)
-  assert "generator/embeddings/word_embeddings" in names
-  assert not any("embeddings_project" in n for n in names)
+  got = sorted(names.tf1_name(v) for v in gen.weights)
+  assert "generator/embeddings/word_embeddings" in got
+  assert not any("embeddings_project" in n for n in got)

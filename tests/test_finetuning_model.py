@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
-from electra_tf import checkpoints
+from electra_tf import names
 from electra_tf.config import FinetuningConfig, PretrainingConfig, load_hparams
 from electra_tf.finetuning import export, registry
 from electra_tf.finetuning import model as model_lib
@@ -262,7 +262,7 @@ def test_layerwise_learning_rates_reach_the_right_variables(vocab_file, heads_di
   for v in variables:  # from 0 the step is the value itself (no float32 cancellation)
     v.assign(tf.zeros_like(v))
   optimizer.apply_gradients([(tf.ones_like(v), v) for v in variables])
-  moved = {checkpoints.tf1_name(v): np.abs(v.numpy()).max() for v in variables}
+  moved = {names.tf1_name(v): np.abs(v.numpy()).max() for v in variables}
   base = moved["task_specific/rte/dense/kernel"]
   assert base > 0
   for name, delta in moved.items():

@@ -7,7 +7,7 @@ import math
 import numpy as np
 import pytest
 import tensorflow as tf
-from ckpt_by_name import assign_by_name
+from helpers.ckpt_by_name import assign_by_name
 from test_masking import _np_scatter_update
 
 from electra_tf.config import PretrainingConfig

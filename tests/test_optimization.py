@@ -2,17 +2,16 @@
 
 import json
 import os
-import pathlib
 import subprocess
 import sys
 
 import numpy as np
 import pytest
 import tensorflow as tf
+from helpers.paths import REPO_ROOT
 
 from electra_tf import optimization
 
-REPO_ROOT = pathlib.Path(__file__).resolve().parents[1]
 CONFIGS = ("pretrain_linear", "finetune_layerwise", "no_warmup_power2")
 MODES = ("as_run", "ordered")
 TOL = 1e-6

@@ -19,15 +19,29 @@ from collections.abc import Mapping
 import tensorflow as tf
 import tf_keras
 
-from electra_tf.modeling.layers import Dense, ScopedLayer, gelu
+from electra_tf import names
+from electra_tf.modeling.layers import Dense, ScopedLayer, gelu, serializable
 
 
 def _float(x: tf.Tensor) -> tf.Tensor:
   return tf.cast(x, tf.float32)
 
 
-def _scope(task_name: str) -> str:
-  return f"task_specific/{task_name}"
+class TaskHead(ScopedLayer):
+  """A head under ``task_specific/<task_name>``: its config names the task, not the scope."""
+
+  def __init__(self, task_name: str, **kwargs):
+    super().__init__(names.task_scope(task_name), **kwargs)
+    self.task_name = task_name
+
+  def sub_scope(self, name: str) -> str:
+    """``task_specific/<task>/<name>``."""
+    return names.join(self.scope, name)
+
+  def get_config(self) -> dict:
+    config = super().get_config()
+    del config["scope"]  # derived from task_name
+    return {**config, "task_name": self.task_name}
 
 
 def _cross_entropy(logits: tf.Tensor, labels: tf.Tensor) -> tf.Tensor:
@@ -47,7 +61,8 @@ def multitask_loss(per_task_losses: list[tf.Tensor], task_id: tf.Tensor) -> tf.T
   return tf.reduce_sum(stacked * tf.one_hot(task_id, len(per_task_losses)))
 
 
-class ClassificationHead(ScopedLayer):
+@serializable
+class ClassificationHead(TaskHead):
   """``dense`` [H, num_labels] on the ``[CLS]`` vector (dropout 0.1 when training).
 
   outputs: loss [B], logits [B, num_labels], predictions [B] (int64), label_ids [B], eid [B].
@@ -55,13 +70,12 @@ class ClassificationHead(ScopedLayer):
 
   def __init__(self, task_name: str, num_labels: int, dropout_rate: float = 0.1,
                seed: int | None = None, **kwargs):
-    super().__init__(_scope(task_name), **kwargs)
+    super().__init__(task_name, **kwargs)
     if num_labels < 1:
       raise ValueError(f"num_labels must be >= 1, got {num_labels}")
-    self.task_name = task_name
     self.num_labels = num_labels
     self.dropout = tf_keras.layers.Dropout(dropout_rate, seed=seed)
-    self.dense = Dense(num_labels, self.scope + "/dense")
+    self.dense = Dense(num_labels, self.sub_scope(names.DENSE))
 
   def build(self, input_shape):
     self.dense.build([None, int(input_shape[-1])])
@@ -79,11 +93,12 @@ class ClassificationHead(ScopedLayer):
     return outputs, losses
 
   def get_config(self):
-    return {"task_name": self.task_name, "num_labels": self.num_labels,
+    return {**super().get_config(), "num_labels": self.num_labels,
             "dropout_rate": self.dropout.rate, "seed": self.dropout.seed}
 
 
-class RegressionHead(ScopedLayer):
+@serializable
+class RegressionHead(TaskHead):
   """``dense`` [H, 1] on the ``[CLS]`` vector (dropout 0.1 when training), squared-error loss.
 
   outputs: loss [B], predictions [B], targets [B], eid [B].
@@ -91,10 +106,9 @@ class RegressionHead(ScopedLayer):
 
   def __init__(self, task_name: str, dropout_rate: float = 0.1, seed: int | None = None,
                **kwargs):
-    super().__init__(_scope(task_name), **kwargs)
-    self.task_name = task_name
+    super().__init__(task_name, **kwargs)
     self.dropout = tf_keras.layers.Dropout(dropout_rate, seed=seed)
-    self.dense = Dense(1, self.scope + "/dense")
+    self.dense = Dense(1, self.sub_scope(names.DENSE))
 
   def build(self, input_shape):
     self.dense.build([None, int(input_shape[-1])])
@@ -112,11 +126,12 @@ class RegressionHead(ScopedLayer):
     return outputs, losses
 
   def get_config(self):
-    return {"task_name": self.task_name, "dropout_rate": self.dropout.rate,
+    return {**super().get_config(), "dropout_rate": self.dropout.rate,
             "seed": self.dropout.seed}
 
 
-class TaggingHead(ScopedLayer):
+@serializable
+class TaggingHead(TaskHead):
   """``dense`` [H, num_tags] on the first word piece of each word (no dropout, as official).
 
   The sequence output is gathered at ``<task>_labeled_positions`` [B, P]; the softmax cross
@@ -125,12 +140,11 @@ class TaggingHead(ScopedLayer):
   """
 
   def __init__(self, task_name: str, num_tags: int, **kwargs):
-    super().__init__(_scope(task_name), **kwargs)
+    super().__init__(task_name, **kwargs)
     if num_tags < 1:
       raise ValueError(f"num_tags must be >= 1, got {num_tags}")
-    self.task_name = task_name
     self.num_tags = num_tags
-    self.dense = Dense(num_tags, self.scope + "/dense")
+    self.dense = Dense(num_tags, self.sub_scope(names.DENSE))
 
   def build(self, input_shape):
     self.dense.build([None, int(input_shape[-1])])
@@ -153,10 +167,11 @@ class TaggingHead(ScopedLayer):
     return outputs, losses
 
   def get_config(self):
-    return {"task_name": self.task_name, "num_tags": self.num_tags}
+    return {**super().get_config(), "num_tags": self.num_tags}
 
 
-class SpanQAHead(ScopedLayer):
+@serializable
+class SpanQAHead(TaskHead):
   """SQuAD / MRQA span head (official ``QATask.get_prediction_module``).
 
   Start logits: ``dense`` [H, 1], pushed to -1000 outside the context (``answer_mask`` =
@@ -179,26 +194,25 @@ class SpanQAHead(ScopedLayer):
   def __init__(self, task_name: str, beam_size: int = 20, joint_prediction: bool = True,
                answerable_classifier: bool = True, answerable_uses_start_logits: bool = True,
                answerable_weight: float = 0.5, qa_hidden_size: int = 512, **kwargs):
-    super().__init__(_scope(task_name), **kwargs)
-    self.task_name = task_name
+    super().__init__(task_name, **kwargs)
     self.beam_size = beam_size
     self.joint_prediction = joint_prediction
     self.answerable_classifier = answerable_classifier
     self.answerable_uses_start_logits = answerable_uses_start_logits
     self.answerable_weight = answerable_weight
     self.qa_hidden_size = qa_hidden_size
-    s = self.scope
-    self.start_dense = Dense(1, s + "/dense")
-    self.qa_hidden = Dense(qa_hidden_size, s + "/qa_hidden") if joint_prediction else None
-    self.end_dense = Dense(1, s + "/dense_1")
+    s = self.sub_scope
+    self.start_dense = Dense(1, s(names.DENSE))
+    self.qa_hidden = Dense(qa_hidden_size, s(names.QA_HIDDEN)) if joint_prediction else None
+    self.end_dense = Dense(1, s(names.DENSE_1))
     self.answerable_hidden = None
     self.answerable_dense = None
     if answerable_classifier:
       if answerable_uses_start_logits:
-        self.answerable_hidden = Dense(qa_hidden_size, s + "/dense_2")
-        self.answerable_dense = Dense(1, s + "/dense_3")
+        self.answerable_hidden = Dense(qa_hidden_size, s(names.DENSE_2))
+        self.answerable_dense = Dense(1, s(names.DENSE_3))
       else:
-        self.answerable_dense = Dense(1, s + "/dense_2")
+        self.answerable_dense = Dense(1, s(names.DENSE_2))
 
   def build(self, input_shape):
     h = int(input_shape[-1])
@@ -285,7 +299,7 @@ class SpanQAHead(ScopedLayer):
     return outputs, losses
 
   def get_config(self):
-    return {"task_name": self.task_name, "beam_size": self.beam_size,
+    return {**super().get_config(), "beam_size": self.beam_size,
             "joint_prediction": self.joint_prediction,
             "answerable_classifier": self.answerable_classifier,
             "answerable_uses_start_logits": self.answerable_uses_start_logits,

@@ -16,18 +16,21 @@ import math
 import tensorflow as tf
 import tf_keras
 
+from electra_tf import names
 from electra_tf.modeling.bert_config import BertConfig
 from electra_tf.modeling.layers import (
   Dense,
   LayerNorm,
   ScopedLayer,
   get_activation,
+  serializable,
   truncated_normal,
 )
 
 ATTENTION_TYPES = ("bidirectional", "ltr", "rtl")
 
 
+@serializable
 class Embeddings(ScopedLayer):
   """Word + token-type + position embeddings, LayerNorm, dropout (``<scope>``/embeddings).
 
@@ -37,26 +40,33 @@ class Embeddings(ScopedLayer):
 
   def __init__(self, vocab_size: int, embedding_size: int, type_vocab_size: int = 2,
                max_position_embeddings: int = 512, initializer_range: float = 0.02,
-               dropout_rate: float = 0.1, scope: str = "electra/embeddings", **kwargs):
+               dropout_rate: float = 0.1,
+               scope: str = names.embeddings_scope(names.DISCRIMINATOR), **kwargs):
     super().__init__(scope, **kwargs)
     self.vocab_size = vocab_size
     self.embedding_size = embedding_size
     self.type_vocab_size = type_vocab_size
     self.max_position_embeddings = max_position_embeddings
     self.initializer_range = initializer_range
-    self.layer_norm = LayerNorm(scope + "/LayerNorm")
+    self.layer_norm = LayerNorm(names.join(scope, names.LAYER_NORM))
     self.dropout = tf_keras.layers.Dropout(dropout_rate)
 
   def build(self, input_shape=None):
     init = lambda: truncated_normal(self.initializer_range)  # a fresh instance per variable
     e = self.embedding_size
-    self.word_embeddings = self.scoped_weight("word_embeddings", [self.vocab_size, e], init())
+    self.word_embeddings = self.scoped_weight(names.WORD_EMBEDDINGS, [self.vocab_size, e], init())
     self.token_type_embeddings = self.scoped_weight(
-        "token_type_embeddings", [self.type_vocab_size, e], init())
+        names.TOKEN_TYPE_EMBEDDINGS, [self.type_vocab_size, e], init())
     self.position_embeddings = self.scoped_weight(
-        "position_embeddings", [self.max_position_embeddings, e], init())
+        names.POSITION_EMBEDDINGS, [self.max_position_embeddings, e], init())
     self.layer_norm.build([None, None, e])
     super().build(input_shape)
+
+  def get_config(self) -> dict:
+    return {**super().get_config(), "vocab_size": self.vocab_size,
+            "embedding_size": self.embedding_size, "type_vocab_size": self.type_vocab_size,
+            "max_position_embeddings": self.max_position_embeddings,
+            "initializer_range": self.initializer_range, "dropout_rate": self.dropout.rate}
 
   def call(self, input_ids: tf.Tensor, segment_ids: tf.Tensor,
            training: bool = False) -> tuple[tf.Tensor, tf.Tensor]:
@@ -72,11 +82,13 @@ class Embeddings(ScopedLayer):
     return token_embeddings, x
 
 
+@serializable
 class TransformerBlock(ScopedLayer):
   """One official ``layer_i``: self-attention + output, intermediate, output (post-LN)."""
 
   def __init__(self, config: BertConfig, scope: str, **kwargs):
     super().__init__(scope, **kwargs)
+    self.config = config
     h = config.hidden_size
     init = lambda: truncated_normal(config.initializer_range)  # a fresh instance per variable
     if h % config.num_attention_heads:
@@ -84,16 +96,20 @@ class TransformerBlock(ScopedLayer):
                        f"{config.num_attention_heads}")
     self.num_heads = config.num_attention_heads
     self.head_size = h // config.num_attention_heads
-    self.query = Dense(h, scope + "/attention/self/query", kernel_initializer=init())
-    self.key = Dense(h, scope + "/attention/self/key", kernel_initializer=init())
-    self.value = Dense(h, scope + "/attention/self/value", kernel_initializer=init())
-    self.attention_output = Dense(h, scope + "/attention/output/dense", kernel_initializer=init())
-    self.attention_norm = LayerNorm(scope + "/attention/output/LayerNorm")
-    self.intermediate = Dense(config.intermediate_size, scope + "/intermediate/dense",
+
+    def sub(name: str) -> str:
+      return names.join(scope, name)
+
+    self.query = Dense(h, sub(names.QUERY), kernel_initializer=init())
+    self.key = Dense(h, sub(names.KEY), kernel_initializer=init())
+    self.value = Dense(h, sub(names.VALUE), kernel_initializer=init())
+    self.attention_output = Dense(h, sub(names.ATTENTION_OUTPUT), kernel_initializer=init())
+    self.attention_norm = LayerNorm(sub(names.ATTENTION_NORM))
+    self.intermediate = Dense(config.intermediate_size, sub(names.INTERMEDIATE),
                               activation=get_activation(config.hidden_act),
                               kernel_initializer=init())
-    self.output_dense = Dense(h, scope + "/output/dense", kernel_initializer=init())
-    self.output_norm = LayerNorm(scope + "/output/LayerNorm")
+    self.output_dense = Dense(h, sub(names.OUTPUT), kernel_initializer=init())
+    self.output_norm = LayerNorm(sub(names.OUTPUT_NORM))
     self.attention_dropout = tf_keras.layers.Dropout(config.attention_probs_dropout_prob)
     self.hidden_dropout = tf_keras.layers.Dropout(config.hidden_dropout_prob)
     self.hidden_size = h
@@ -106,6 +122,13 @@ class TransformerBlock(ScopedLayer):
                        (self.intermediate, h), (self.output_dense, i), (self.output_norm, h)):
       layer.build([None, dim])
     super().build(input_shape)
+
+  def get_config(self) -> dict:
+    return {**super().get_config(), "config": self.config.to_dict()}
+
+  @classmethod
+  def from_config(cls, config: dict) -> TransformerBlock:
+    return cls(**{**config, "config": BertConfig.from_dict(config["config"])})
 
   def _split_heads(self, x: tf.Tensor, batch: tf.Tensor, seq: tf.Tensor) -> tf.Tensor:
     """[B, T, H] -> [B, N, T, H/N]."""
@@ -148,6 +171,7 @@ def attention_adder(input_mask: tf.Tensor, attention_type: str = "bidirectional"
   return (1.0 - mask) * -10000.0
 
 
+@serializable
 class Transformer(tf_keras.layers.Layer):
   """One official ``BertModel`` tower under scope ``scope``.
 
@@ -163,7 +187,7 @@ class Transformer(tf_keras.layers.Layer):
 
   def __init__(self, config: BertConfig, embedding_size: int | None = None,
                embeddings: Embeddings | None = None, attention_type: str = "bidirectional",
-               scope: str = "electra", **kwargs):
+               scope: str = names.DISCRIMINATOR, **kwargs):
     super().__init__(name=scope, **kwargs)
     if attention_type not in ATTENTION_TYPES:
       raise ValueError(f"attention_type must be one of {ATTENTION_TYPES}, got {attention_type!r}")
@@ -174,13 +198,13 @@ class Transformer(tf_keras.layers.Layer):
       embeddings = Embeddings(
           config.vocab_size, embedding_size or config.hidden_size, config.type_vocab_size,
           config.max_position_embeddings, config.initializer_range, config.hidden_dropout_prob,
-          scope=scope + "/embeddings")
+          scope=names.embeddings_scope(scope))
     self.embeddings = embeddings
     self.embedding_size = embeddings.embedding_size
     self.embeddings_project = None
     if self.embedding_size != config.hidden_size:
-      self.embeddings_project = Dense(config.hidden_size, scope + "/embeddings_project")
-    self.blocks = [TransformerBlock(config, f"{scope}/encoder/layer_{i}")
+      self.embeddings_project = Dense(config.hidden_size, names.embeddings_project_scope(scope))
+    self.blocks = [TransformerBlock(config, names.layer_scope(scope, i))
                    for i in range(config.num_hidden_layers)]
 
   def build(self, input_shape=None):
@@ -191,6 +215,20 @@ class Transformer(tf_keras.layers.Layer):
     for block in self.blocks:
       block.build(None)
     super().build(input_shape)
+
+  def get_config(self) -> dict:
+    """Sizes, attention type, scope and the (possibly shared) embeddings layer's config."""
+    config = super().get_config()
+    del config["name"]  # = scope
+    return {**config, "config": self.config.to_dict(), "embedding_size": self.embedding_size,
+            "embeddings": tf_keras.layers.serialize(self.embeddings),
+            "attention_type": self.attention_type, "scope": self.scope}
+
+  @classmethod
+  def from_config(cls, config: dict) -> Transformer:
+    """Rebuilds the tower; its embeddings become a new layer with the same config (and names)."""
+    return cls(**{**config, "config": BertConfig.from_dict(config["config"]),
+                  "embeddings": tf_keras.layers.deserialize(config["embeddings"])})
 
   @property
   def embedding_table(self) -> tf.Variable:

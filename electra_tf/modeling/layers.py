@@ -4,7 +4,10 @@ Keras names variables after the name scopes active when a layer is first called,
 depends on who calls it first (the generator runs before the discriminator, yet both read
 ``electra/embeddings``). These layers instead create their variables under an explicit,
 absolute scope such as ``electra/encoder/layer_0/attention/self/query``, so the TF2 variable
-name is the official checkpoint key whatever the call order or the enclosing model.
+name is the official checkpoint key whatever the call order or the enclosing model. Scope and
+variable names come from ``electra_tf.names``. Every layer has ``get_config`` (and
+``from_config`` where the constructor takes objects) and is registered as ``electra_tf>Name``
+for ``tf_keras.layers.deserialize``.
 """
 
 from __future__ import annotations
@@ -14,6 +17,11 @@ from collections.abc import Callable
 
 import tensorflow as tf
 import tf_keras
+
+from electra_tf import names
+
+# Registered names for ``tf_keras.layers.deserialize`` / ``clone_model``: ``electra_tf>Dense``.
+serializable = tf_keras.saving.register_keras_serializable(package="electra_tf")
 
 
 def gelu(x: tf.Tensor) -> tf.Tensor:
@@ -39,13 +47,26 @@ def get_activation(name: str | None) -> Callable[[tf.Tensor], tf.Tensor] | None:
   return _ACTIVATIONS[key]
 
 
+def activation_name(activation: str | Callable | None) -> str | None:
+  """The ``hidden_act`` string of an activation function (inverse of ``get_activation``)."""
+  if activation is None or isinstance(activation, str):
+    return activation
+  for name, fn in _ACTIVATIONS.items():
+    if fn is activation:
+      return name
+  raise ValueError(f"activation {activation!r} is not one of {', '.join(sorted(_ACTIVATIONS))}")
+
+
 def truncated_normal(stddev: float) -> tf_keras.initializers.Initializer:
   """The official ``create_initializer``: truncated normal with the given stddev."""
   return tf_keras.initializers.TruncatedNormal(stddev=stddev)
 
 
 class ScopedLayer(tf_keras.layers.Layer):
-  """A layer that creates its variables under the absolute TF1 scope ``scope``."""
+  """A layer that creates its variables under the absolute TF1 scope ``scope``.
+
+  ``get_config`` stores ``scope`` instead of the Keras ``name`` (which is derived from it).
+  """
 
   def __init__(self, scope: str, **kwargs):
     super().__init__(name=scope.replace("/", "."), **kwargs)
@@ -55,6 +76,15 @@ class ScopedLayer(tf_keras.layers.Layer):
     with tf.name_scope(self.scope + "/"):
       return self.add_weight(name, shape=shape, initializer=initializer,
                              dtype=dtype or self.variable_dtype, trainable=True)
+
+  def get_config(self) -> dict:
+    config = super().get_config()
+    del config["name"]
+    config["scope"] = self.scope
+    return config
+
+
+@serializable
 
 
 class Dense(ScopedLayer):
@@ -72,8 +102,8 @@ class Dense(ScopedLayer):
 
   def build(self, input_shape):
     in_dim = int(input_shape[-1])
-    self.kernel = self.scoped_weight("kernel", [in_dim, self.units], self.kernel_initializer)
-    self.bias = self.scoped_weight("bias", [self.units], "zeros")
+    self.kernel = self.scoped_weight(names.KERNEL, [in_dim, self.units], self.kernel_initializer)
+    self.bias = self.scoped_weight(names.BIAS, [self.units], "zeros")
     super().build(input_shape)
 
   def call(self, x: tf.Tensor) -> tf.Tensor:
@@ -85,7 +115,19 @@ class Dense(ScopedLayer):
       y = self.activation(y)
     return y
 
+  def get_config(self) -> dict:
+    return {**super().get_config(), "units": self.units,
+            "activation": activation_name(self.activation),
+            "kernel_initializer": tf_keras.initializers.serialize(self.kernel_initializer)}
 
+  @classmethod
+  def from_config(cls, config: dict) -> Dense:
+    config = dict(config)
+    config["kernel_initializer"] = tf_keras.initializers.deserialize(config["kernel_initializer"])
+    return cls(**config)
+
+
+@serializable
 class LayerNorm(ScopedLayer):
   """``contrib.layers.layer_norm`` over the last axis (eps 1e-12): ``LayerNorm/{beta,gamma}``.
 
@@ -99,8 +141,8 @@ class LayerNorm(ScopedLayer):
 
   def build(self, input_shape):
     dim = int(input_shape[-1])
-    self.beta = self.scoped_weight("beta", [dim], "zeros")
-    self.gamma = self.scoped_weight("gamma", [dim], "ones")
+    self.beta = self.scoped_weight(names.BETA, [dim], "zeros")
+    self.gamma = self.scoped_weight(names.GAMMA, [dim], "ones")
     super().build(input_shape)
 
   def call(self, x: tf.Tensor) -> tf.Tensor:
@@ -110,3 +152,6 @@ class LayerNorm(ScopedLayer):
     y = tf.nn.batch_normalization(x32, mean, variance, tf.cast(self.beta, tf.float32),
                                   tf.cast(self.gamma, tf.float32), self.epsilon)
     return tf.cast(y, x.dtype)
+
+  def get_config(self) -> dict:
+    return {**super().get_config(), "epsilon": self.epsilon}

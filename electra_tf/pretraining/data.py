@@ -1,7 +1,8 @@
 """Pre-training TFRecords -> batched `tf.data` pipeline (official ``pretrain_data.get_input_fn``).
 
 Each record is a `tf.train.Example` with int64 features ``input_ids``, ``input_mask``,
-``segment_ids`` of length ``max_seq_length`` (``data_prep/build_pretraining_dataset.py``).
+``segment_ids`` of length ``max_seq_length`` (``schema.py``, written by
+``data_prep/build_pretraining_dataset.py``).
 As in the official input function, training reads the shuffled file list repeatedly with a
 parallel interleave over 4 files and shuffles examples in a 100-element buffer; batches drop
 the remainder so shapes are static. Beyond the official code, problems name the shard: a
@@ -18,7 +19,8 @@ from collections.abc import Sequence
 import tensorflow as tf
 from absl import logging
 
-FEATURES = ("input_ids", "input_mask", "segment_ids")
+from electra_tf.pretraining.schema import FEATURES, MODEL_DTYPE, parse_spec, stored_length
+
 CYCLE_LENGTH = 4  # files read in parallel (official num_cpu_threads)
 SHUFFLE_BUFFER = 100  # official example shuffle buffer
 _RECORD_OVERHEAD = 16  # TFRecord framing per record: uint64 length + two uint32 CRCs
@@ -69,7 +71,7 @@ def _check_first_example(files: list[str], sizes: list[int], max_seq_length: int
     raise ValueError(f"pretraining_dataset: {path} does not hold tf.train.Example records") \
       from None
   for name in FEATURES:
-    n = len(example.features.feature[name].int64_list.value)
+    n = stored_length(example, name)
     if n != max_seq_length:
       raise ValueError(f"pretraining_dataset: shard {path} has {name} of length {n} but "
                        f"max_seq_length is {max_seq_length}")
@@ -104,8 +106,7 @@ def _read_shard(path: tf.Tensor, size: tf.Tensor, max_seq_length: int) -> tf.dat
 
 def _parse(records: tf.Tensor, path: tf.Tensor, max_seq_length: int) -> dict[str, tf.Tensor]:
   """[n] serialized examples of `path` -> {name: int32 [n, max_seq_length]}; checks lengths."""
-  spec = {name: tf.io.RaggedFeature(tf.int64, row_splits_dtype=tf.int32) for name in FEATURES}
-  parsed = tf.io.parse_example(records, spec)
+  parsed = tf.io.parse_example(records, parse_spec())
   out = {}
   for name in FEATURES:
     lengths = parsed[name].row_lengths()
@@ -116,7 +117,7 @@ def _parse(records: tf.Tensor, path: tf.Tensor, max_seq_length: int) -> dict[str
       tf.strings.as_string(lengths[first_bad]), f" but max_seq_length is {max_seq_length}"])])
     with tf.control_dependencies([check]):
       values = tf.identity(parsed[name].values)
-    out[name] = tf.cast(tf.reshape(values, [-1, max_seq_length]), tf.int32)
+    out[name] = tf.cast(tf.reshape(values, [-1, max_seq_length]), MODEL_DTYPE)
   return out
 
 
