@@ -289,3 +289,32 @@ def _summary(hparams: Mapping[str, Any], disc: _Model | None, gen: _Model | None
   elif gen is not None:
     parts.append("masked LM only")
   return "Hugging Face ELECTRA: " + ", ".join(parts)
+
+
+def is_hf_folder(path: str) -> bool:
+  """True for a Hugging Face ELECTRA folder (``config.json`` with ``model_type`` "electra"
+  there or in ``discriminator/`` / ``generator/``)."""
+  for folder in (path, os.path.join(path, hf_export.DISCRIMINATOR_DIR),
+                 os.path.join(path, hf_export.GENERATOR_DIR)):
+    config = os.path.join(folder, CONFIG_FILE)
+    if os.path.isfile(config):
+      try:
+        return _read_json(config).get("model_type") == "electra"
+      except ValueError:
+        return False
+  return False
+
+
+def assign(variables: Mapping[str, Any], arrays: Mapping[str, np.ndarray]) -> None:
+  """Sets model variables ({TF1 name: tf.Variable}) from imported arrays; the two name sets
+  must be equal (a missing or extra tensor is a one-line error naming the first one)."""
+  missing = sorted(set(variables) - set(arrays))
+  extra = sorted(set(arrays) - set(variables))
+  if missing or extra:
+    raise ValueError(f"the imported model does not fit: {len(missing)} variable(s) missing "
+                     f"(first: {missing[:1]}), {len(extra)} unused (first: {extra[:1]})")
+  for name, var in variables.items():
+    if list(var.shape) != list(arrays[name].shape):
+      raise ValueError(f"{name}: imported shape {list(arrays[name].shape)}, model "
+                       f"{list(var.shape)}")
+    var.assign(arrays[name])

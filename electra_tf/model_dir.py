@@ -362,3 +362,20 @@ def model_hparams(model_dir_or_checkpoint: str) -> tuple[dict[str, Any] | None, 
     return None, ""
   values, summary = infer_hparams_from_checkpoint(prefix)
   return values, f"checkpoint {prefix} ({summary})"
+
+
+def hparams_for_run(user: Mapping[str, Any], places: list[str | None],
+                    target: str = "pretraining") -> tuple[dict[str, Any], str]:
+  """(``user`` merged with the first place's stored or inferred hparams, that source).
+
+  ``places``: model directories / checkpoints in order of precedence (e.g. the run's
+  ``model_dir``, then ``init_checkpoint``); missing or None places are skipped. Returns
+  (``dict(user)``, "") when none describes a model.
+  """
+  for place in places:
+    if not place or not (os.path.exists(place) or os.path.exists(place + ".index")):
+      continue
+    stored, source = model_hparams(place)
+    if stored is not None:
+      return merge_hparams(stored, user, source=source, target=target), source
+  return dict(user), ""

@@ -217,3 +217,20 @@ def test_tokenizer_files_follow_transformers(hf_ref, tmp_path, vocab_file):
   assert cased["added_tokens_decoder"]["4"]["content"] == "[MASK]"
   with pytest.raises(ValueError, match=r"the vocabulary lacks special token\(s\) \[MASK\]"):
     hf_tokenizer.tokenizer_config({"[PAD]": 0, "[UNK]": 1, "[CLS]": 2, "[SEP]": 3}, True)
+
+
+def test_is_hf_folder_and_assign(hf_ref, reference_dir, tmp_path):
+  assert hf_import.is_hf_folder(str(hf_ref))
+  assert hf_import.is_hf_folder(str(hf_ref / "generator"))
+  assert not hf_import.is_hf_folder(str(reference_dir / "electra_small_2l"))
+  assert not hf_import.is_hf_folder(str(tmp_path))
+  result = hf_import.import_hf(str(hf_ref))
+  _, model = _model(result.hparams)
+  hf_import.assign(model.tf1_variables(), result.variables)
+  name = "electra/embeddings/word_embeddings"
+  np.testing.assert_array_equal(model.tf1_variables()[name].numpy(), result.variables[name])
+  partial = dict(result.variables)
+  del partial["generator_predictions/output_bias"]
+  with pytest.raises(ValueError, match=r"1 variable\(s\) missing .first: "
+                     r"\['generator_predictions/output_bias'\]\), 0 unused"):
+    hf_import.assign(model.tf1_variables(), partial)

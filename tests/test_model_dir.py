@@ -280,3 +280,22 @@ def test_fraction_prefers_official_values():
   assert int(round(768 * f)) == 100
   assert model_dir.heads_for(768) == 12 and model_dir.heads_for(1024) == 16
   assert model_dir.heads_for(128) == 2 and model_dir.heads_for(32) == 1
+
+
+def test_hparams_for_run_precedence(reference_dir, tmp_path, vocab_file):
+  ckpt = _copy_checkpoint(reference_dir / "electra_small_2l", tmp_path / "init")
+  run_dir = tmp_path / "models" / "demo"
+  # No model_dir yet: the init checkpoint's shapes describe the model.
+  merged, source = model_dir.hparams_for_run({"learning_rate": 1e-3},
+                                             [str(run_dir), None, str(ckpt / "model.ckpt")])
+  assert source.startswith("checkpoint ") and merged["learning_rate"] == 1e-3
+  assert merged["model_hparam_overrides"] == {"num_hidden_layers": 2}
+  # Once the run wrote its files, they win; a contradiction names them.
+  config = PretrainingConfig("demo", str(tmp_path), **merged)
+  model_dir.write_model_files(str(run_dir), config, vocab_file)
+  merged, source = model_dir.hparams_for_run({}, [str(run_dir), str(ckpt / "model.ckpt")])
+  assert source == f"hparams.json in {run_dir}" and merged["embedding_size"] == 128
+  with pytest.raises(ValueError, match=f"^hparams.json in {run_dir} says vocab_size 30522 but "
+                     "--hparams gives 100$"):
+    model_dir.hparams_for_run({"vocab_size": 100}, [str(run_dir)])
+  assert model_dir.hparams_for_run({"a": 1}, [str(tmp_path / "none"), None]) == ({"a": 1}, "")
