@@ -140,6 +140,15 @@ def read_model_hparams(model_dir_or_checkpoint: str) -> dict[str, Any] | None:
   return values
 
 
+def _resolved_sizes(values: Mapping[str, Any]) -> dict[str, Any]:
+  """The four transformer sizes ``get_bert_config`` derives (before ``debug``)."""
+  overrides = values.get("model_hparam_overrides") or {}
+  args = {**MODEL_SIZES.get(values["model_size"], MODEL_SIZES["small"]), **overrides}
+  args.setdefault("num_attention_heads", max(1, args["hidden_size"] // 64))
+  args.setdefault("intermediate_size", 4 * args["hidden_size"])
+  return args
+
+
 def _effective_embedding(values: Mapping[str, Any], hidden: Any) -> Any:
   e = values.get("embedding_size")
   return hidden if e is None else e
@@ -191,6 +200,11 @@ def merge_hparams(stored: Mapping[str, Any] | None, user: Mapping[str, Any],
       raise clash(field, stored[field], user[field])
   if "model_hparam_overrides" in stored:
     merged["model_hparam_overrides"] = {**s_over, **u_over}
+  if "model_size" in stored:  # sizes the presets imply, not only the keys both name
+    want, got = _resolved_sizes(stored), _resolved_sizes(merged)
+    for key in SIZE_KEYS:
+      if want[key] != got[key]:
+        raise clash(key, want[key], got[key])
   over = merged.get("model_hparam_overrides") or {}
   if user.get("debug") and any(over.get(k, v) != v for k, v in DEBUG_BERT_SIZES.items()):
     size = {k: over.get(k) for k in DEBUG_BERT_SIZES}

@@ -135,6 +135,9 @@ def test_merge_uses_stored_shape_and_keeps_training_free():
    "gives 12"),
   ({"model_hparam_overrides": {"vocab_size": 5}},
    "hparams.json in models/demo says vocab_size 2066 but --hparams gives 5"),
+  ({"model_hparam_overrides": {"hidden_size": 512}},
+   "hparams.json in models/demo says model_hparam_overrides.hidden_size 256 but --hparams "
+   "gives 512"),
   ({"generator_hidden_size": 1.0},
    "hparams.json in models/demo says generator_hidden_size 0.25 but --hparams gives 1.0"),
   ({"model_size": "base"},
@@ -151,6 +154,19 @@ def test_merge_contradiction_is_one_line_error(user, message):
   with pytest.raises(ValueError) as e:
     model_dir.merge_hparams(STORED, user, source="hparams.json in models/demo")
   assert str(e.value) == message
+
+
+def test_merge_compares_sizes_the_presets_imply():
+  inferred = {"model_size": "small", "model_hparam_overrides": {"num_hidden_layers": 2}}
+  with pytest.raises(ValueError) as e:
+    model_dir.merge_hparams(inferred, {"model_hparam_overrides": {"hidden_size": 512}},
+                            source="checkpoint c")
+  assert str(e.value) == "checkpoint c says hidden_size 256 but --hparams gives 512"
+  with pytest.raises(ValueError, match="says intermediate_size 1024 but --hparams gives 1000"):
+    model_dir.merge_hparams(inferred, {"model_hparam_overrides": {"intermediate_size": 1000}})
+  same = {"model_hparam_overrides": {"hidden_size": 256, "num_attention_heads": 4}}
+  assert model_dir.merge_hparams(inferred, same)["model_hparam_overrides"] == {
+    "num_hidden_layers": 2, "hidden_size": 256, "num_attention_heads": 4}
 
 
 def test_merge_debug_and_finetuning_target():
