@@ -234,3 +234,18 @@ def test_is_hf_folder_and_assign(hf_ref, reference_dir, tmp_path):
   with pytest.raises(ValueError, match=r"1 variable\(s\) missing .first: "
                      r"\['generator_predictions/output_bias'\]\), 0 unused"):
     hf_import.assign(model.tf1_variables(), partial)
+
+
+def test_sharded_safetensors(hf_ref, tmp_path):
+  folder = _copy(hf_ref / "discriminator", tmp_path / "sharded")
+  tensors = load_file(str(folder / "model.safetensors"))
+  os.remove(folder / "model.safetensors")
+  names = sorted(tensors)
+  for i, part in enumerate((names[::2], names[1::2])):
+    shard = folder / f"model-0000{i + 1}-of-00002.safetensors"
+    save_file({k: tensors[k] for k in part}, str(shard))
+  assert sorted(hf_import.load_weights(str(folder))) == names
+  whole = hf_import.import_hf(str(hf_ref / "discriminator"))
+  result = hf_import.import_hf(str(folder))
+  for key, value in whole.variables.items():
+    np.testing.assert_array_equal(result.variables[key], value, err_msg=key)
