@@ -1,0 +1,317 @@
+"""Model directories: hparams.json + vocab.txt, merging with --hparams, inference from shapes."""
+
+import json
+import os
+import shutil
+
+import numpy as np
+import pytest
+import tensorflow as tf
+
+from electra_tf import checkpoints, model_dir
+from electra_tf.config import (
+  FinetuningConfig,
+  PretrainingConfig,
+  get_bert_config,
+  get_generator_config,
+  load_hparams,
+)
+from electra_tf.modeling.bert_config import BertConfig
+from electra_tf.pretraining.objectives import PretrainingModel
+from tests.conftest import REPO_ROOT
+
+SMALL_2L = {"model_size": "small", "model_hparam_overrides": {"num_hidden_layers": 2}}
+
+
+def _configs(hparams):
+  """(discriminator BertConfig, generator BertConfig or None) the hparams build."""
+  config = PretrainingConfig("m", "/nonexistent", **hparams)
+  bert = get_bert_config(config)
+  small = (config.electra_objective or config.electric_objective) and config.untied_generator
+  gen = (get_generator_config(config, bert)
+         if small and not config.uniform_generator else None)
+  return config, bert, gen
+
+
+# ---------------------------------------------------------------- write / read
+
+
+def test_write_model_files_stores_resolved_shape(tmp_path, vocab_file):
+  config = PretrainingConfig("demo", str(tmp_path), learning_rate=1e-3, **SMALL_2L)
+  path = model_dir.write_model_files(str(tmp_path / "m"), config, vocab_file)
+  assert sorted(os.listdir(tmp_path / "m")) == ["hparams.json", "vocab.txt"]  # no temp files
+  with open(vocab_file, "rb") as f, open(tmp_path / "m" / "vocab.txt", "rb") as g:
+    assert f.read() == g.read()
+  stored = json.load(open(path))
+  assert stored["vocab_size"] == 30522 and stored["embedding_size"] == 128
+  assert stored["model_hparam_overrides"] == {
+    "hidden_size": 256, "num_hidden_layers": 2, "num_attention_heads": 4,
+    "intermediate_size": 1024}
+  assert stored["learning_rate"] == 1e-3 and stored["max_seq_length"] == 128
+  for field in ("vocab_file", "model_dir", "pretrain_tfrecords", "max_predictions_per_seq",
+                "model_name", "init_checkpoint"):
+    assert field not in stored, field
+  # The file is a valid --hparams and rebuilds the same towers.
+  again = PretrainingConfig("other", "/elsewhere", **load_hparams(path))
+  assert get_bert_config(again) == get_bert_config(config)
+  assert get_generator_config(again, get_bert_config(again)) == get_generator_config(
+    config, get_bert_config(config))
+  assert model_dir.read_model_hparams(str(tmp_path / "m")) == stored
+  # Written again over itself (vocab already in place) without error.
+  model_dir.write_model_files(str(tmp_path / "m"), config, str(tmp_path / "m" / "vocab.txt"))
+
+
+def test_write_model_files_debug_and_finetuning(tmp_path):
+  debug = PretrainingConfig("d", str(tmp_path), debug=True, model_size="base")
+  stored = model_dir.stored_hparams(debug)
+  assert stored["model_hparam_overrides"] == {
+    "hidden_size": 144, "num_hidden_layers": 3, "num_attention_heads": 4,
+    "intermediate_size": 576}
+  assert stored["embedding_size"] == 144  # base: None -> the (debug) hidden size
+  ft = FinetuningConfig("f", str(tmp_path), task_names=["rte"], **SMALL_2L)
+  stored = model_dir.stored_hparams(ft)
+  assert stored["task_names"] == ["rte"] and stored["embedding_size"] == 128
+  assert "raw_data_dir" not in stored and "preprocessed_data_dir" not in stored
+  assert get_bert_config(FinetuningConfig("g", "/x", **stored)) == get_bert_config(ft)
+
+
+def test_write_model_files_rejects_vocab_larger_than_vocab_size(tmp_path, vocab_file):
+  config = PretrainingConfig("demo", str(tmp_path), vocab_size=100)
+  with pytest.raises(ValueError, match=r"has 30522 tokens but vocab_size is 100"):
+    model_dir.write_model_files(str(tmp_path / "m"), config, vocab_file)
+
+
+def test_read_model_hparams_locations_and_errors(tmp_path):
+  d = tmp_path / "models" / "demo"
+  d.mkdir(parents=True)
+  assert model_dir.read_model_hparams(str(d)) is None
+  (d / "hparams.json").write_text('{"vocab_size": 5}')
+  for path in (d, d / "ckpt-10", d / "ckpt-10.index", d / "model.ckpt.data-00000-of-00001"):
+    assert model_dir.read_model_hparams(str(path)) == {"vocab_size": 5}, path
+  assert model_dir.hparams_source(str(d / "ckpt-10")) == f"hparams.json in {d}"
+  (d / "hparams.json").write_text("[1]")
+  with pytest.raises(ValueError, match="must hold a JSON object, got list"):
+    model_dir.read_model_hparams(str(d))
+  (d / "hparams.json").write_text("{")
+  with pytest.raises(ValueError, match="cannot read .*hparams.json"):
+    model_dir.read_model_hparams(str(d))
+
+
+# ---------------------------------------------------------------- merge
+
+
+STORED = {"model_size": "small", "vocab_size": 2066, "embedding_size": 128,
+          "model_hparam_overrides": {"hidden_size": 256, "num_hidden_layers": 2,
+                                     "num_attention_heads": 4, "intermediate_size": 1024},
+          "generator_hidden_size": 0.25, "generator_layers": 1.0, "electra_objective": True,
+          "electric_objective": False, "two_tower_generator": False, "untied_generator": True,
+          "untied_generator_embeddings": False, "uniform_generator": False,
+          "do_lower_case": True, "learning_rate": 5e-4, "max_seq_length": 128}
+
+
+def test_merge_uses_stored_shape_and_keeps_training_free():
+  merged = model_dir.merge_hparams(STORED, {"learning_rate": 1e-3, "max_seq_length": 512,
+                                            "model_hparam_overrides": {"hidden_dropout_prob": 0}})
+  assert merged["learning_rate"] == 1e-3 and merged["max_seq_length"] == 512
+  assert merged["vocab_size"] == 2066 and merged["embedding_size"] == 128
+  assert merged["model_hparam_overrides"] == {**STORED["model_hparam_overrides"],
+                                              "hidden_dropout_prob": 0}
+  # Stored training values are a record, not defaults.
+  assert "learning_rate" not in model_dir.merge_hparams(STORED, {})
+  assert model_dir.merge_hparams(None, {"vocab_size": 7}) == {"vocab_size": 7}
+  # Same shape said another way is no contradiction.
+  same = {"vocab_size": 2066, "generator_layers": 1, "model_size": "small",
+          "model_hparam_overrides": {"num_hidden_layers": 2}}
+  assert model_dir.merge_hparams(STORED, same)["generator_layers"] == 1
+  wide = {**STORED, "embedding_size": 256}
+  assert model_dir.merge_hparams(wide, {"embedding_size": None})["embedding_size"] is None
+
+
+@pytest.mark.parametrize("user, message", [
+  ({"vocab_size": 30522},
+   "hparams.json in models/demo says vocab_size 2066 but --hparams gives 30522"),
+  ({"model_hparam_overrides": {"num_hidden_layers": 12}},
+   "hparams.json in models/demo says model_hparam_overrides.num_hidden_layers 2 but --hparams "
+   "gives 12"),
+  ({"model_hparam_overrides": {"vocab_size": 5}},
+   "hparams.json in models/demo says vocab_size 2066 but --hparams gives 5"),
+  ({"model_hparam_overrides": {"hidden_size": 512}},
+   "hparams.json in models/demo says model_hparam_overrides.hidden_size 256 but --hparams "
+   "gives 512"),
+  ({"generator_hidden_size": 1.0},
+   "hparams.json in models/demo says generator_hidden_size 0.25 but --hparams gives 1.0"),
+  ({"model_size": "base"},
+   'hparams.json in models/demo says model_size "small" but --hparams gives "base"'),
+  ({"untied_generator_embeddings": True},
+   "hparams.json in models/demo says untied_generator_embeddings false but --hparams gives "
+   "true"),
+  ({"embedding_size": None},
+   "hparams.json in models/demo says embedding_size 128 but --hparams gives null"),
+  ({"do_lower_case": False},
+   "hparams.json in models/demo says do_lower_case true but --hparams gives false"),
+])
+def test_merge_contradiction_is_one_line_error(user, message):
+  with pytest.raises(ValueError) as e:
+    model_dir.merge_hparams(STORED, user, source="hparams.json in models/demo")
+  assert str(e.value) == message
+
+
+def test_merge_compares_sizes_the_presets_imply():
+  inferred = {"model_size": "small", "model_hparam_overrides": {"num_hidden_layers": 2}}
+  with pytest.raises(ValueError) as e:
+    model_dir.merge_hparams(inferred, {"model_hparam_overrides": {"hidden_size": 512}},
+                            source="checkpoint c")
+  assert str(e.value) == "checkpoint c says hidden_size 256 but --hparams gives 512"
+  with pytest.raises(ValueError, match="says intermediate_size 1024 but --hparams gives 1000"):
+    model_dir.merge_hparams(inferred, {"model_hparam_overrides": {"intermediate_size": 1000}})
+  same = {"model_hparam_overrides": {"hidden_size": 256, "num_attention_heads": 4}}
+  assert model_dir.merge_hparams(inferred, same)["model_hparam_overrides"] == {
+    "num_hidden_layers": 2, "hidden_size": 256, "num_attention_heads": 4}
+
+
+def test_merge_debug_and_finetuning_target():
+  with pytest.raises(ValueError, match="sets debug, which shrinks the model"):
+    model_dir.merge_hparams(STORED, {"debug": True})
+  debug_stored = {**STORED, "model_hparam_overrides": {
+    "hidden_size": 144, "num_hidden_layers": 3, "num_attention_heads": 4,
+    "intermediate_size": 576}}
+  assert model_dir.merge_hparams(debug_stored, {"debug": True})["debug"] is True
+  merged = model_dir.merge_hparams(STORED, {"task_names": ["rte"]}, target="finetuning")
+  assert set(merged) == {"task_names", "model_size", "vocab_size", "embedding_size",
+                         "model_hparam_overrides", "do_lower_case"}
+  FinetuningConfig("f", "/x", **merged)  # every field is a FinetuningConfig hparam
+  # Generator fields are not the fine-tuning config's business.
+  model_dir.merge_hparams(STORED, {"generator_hidden_size": 1.0}, target="finetuning")
+
+
+# ---------------------------------------------------------------- inference
+
+
+def _copy_checkpoint(src, dst):
+  dst.mkdir()
+  for name in os.listdir(src):
+    if name.startswith("model.ckpt") or name == "checkpoint":
+      shutil.copy(src / name, dst / name)
+  return dst
+
+
+@pytest.mark.parametrize("folder_name, summary", [
+  ("electra_small_2l", "inferred from checkpoint: vocab_size 30522, embedding_size 128, "
+   "hidden 256 x 2 layers, generator 0.25 x 2 layers (tied embeddings)"),
+  ("electric_2l", "inferred from checkpoint: vocab_size 30522, embedding_size 128, "
+   "hidden 256 x 2 layers, generator 0.25 x 2 layers (two-tower, Electric)"),
+])
+def test_infer_reference_pretraining(reference_dir, tmp_path, folder_name, summary):
+  folder = reference_dir / folder_name
+  copy = _copy_checkpoint(folder, tmp_path / folder_name)
+  values, source = model_dir.model_hparams(str(copy))
+  assert source.startswith(f"checkpoint {copy}/model.ckpt (inferred")
+  inferred, text = model_dir.infer_hparams_from_checkpoint(str(copy / "model.ckpt"))
+  assert values == inferred and text == summary
+  config, bert, gen = _configs(inferred)
+  assert bert == BertConfig.from_json_file(str(folder / "bert_config.json"))
+  assert gen == BertConfig.from_json_file(str(folder / "generator_bert_config.json"))
+  resolved = json.load(open(folder / "pretraining_config_resolved.json"))
+  for field in model_dir.SHAPE_FIELDS:
+    if field != "model_hparam_overrides":
+      assert getattr(config, field) == resolved[field], field
+  hparams = json.load(open(folder / "hparams.json"))
+  assert inferred["model_hparam_overrides"] == hparams["model_hparam_overrides"]
+  # The inferred values agree with what the run was given (no contradiction).
+  model_dir.merge_hparams(inferred, hparams)
+
+
+def test_infer_reference_finetuned(reference_dir, tmp_path):
+  folder = reference_dir / "finetune_heads"
+  copy = _copy_checkpoint(folder, tmp_path / "ft")
+  inferred, text = model_dir.infer_hparams_from_checkpoint(str(copy / "model.ckpt"))
+  assert text.endswith("no discriminator head, fine-tuned heads: chunk, rte, squad, sts")
+  hparams = json.load(open(folder / "hparams.json"))
+  merged = model_dir.merge_hparams(inferred, {"task_names": hparams["task_names"]},
+                                   target="finetuning")
+  config = FinetuningConfig("f", "/x", **merged)
+  assert get_bert_config(config) == BertConfig.from_json_file(str(folder / "bert_config.json"))
+  resolved = json.load(open(folder / "finetuning_config_resolved.json"))
+  for field in ("model_size", "vocab_size", "embedding_size", "do_lower_case",
+                "model_hparam_overrides", "learning_rate", "layerwise_lr_decay"):
+    assert getattr(config, field) == resolved[field], field
+
+
+VARIANTS = {
+  # the released ELECTRA-Small: generator as wide as the discriminator
+  "released_small": {**json.load(open(REPO_ROOT / "configs" / "electra_small_released.json")),
+                     "model_hparam_overrides": {"num_hidden_layers": 2}},
+  "untied_embeddings": {**SMALL_2L, "untied_generator_embeddings": True},
+  "fully_tied": {**SMALL_2L, "untied_generator": False},
+  "mlm_only": {**SMALL_2L, "electra_objective": False},
+  "uniform": {**SMALL_2L, "uniform_generator": True},
+  "e_equals_h_3l": {"model_size": "base", "generator_hidden_size": 0.5, "generator_layers": 0.34,
+                    "model_hparam_overrides": {"hidden_size": 128, "num_hidden_layers": 3}},
+  "odd_heads": {**SMALL_2L, "model_hparam_overrides": {
+    "hidden_size": 96, "num_hidden_layers": 1, "intermediate_size": 200}},
+}
+
+
+@pytest.mark.parametrize("name", sorted(VARIANTS))
+def test_infer_rebuilds_our_models(tmp_path, name):
+  hparams = {**VARIANTS[name], "vocab_size": 64}
+  config, bert, gen = _configs(hparams)
+  model = PretrainingModel(config, vocab={})
+  prefix = checkpoints.save_tf1_checkpoint(model.tf1_variables(), str(tmp_path))
+  inferred, summary = model_dir.infer_hparams_from_checkpoint(prefix)
+  assert summary.startswith("inferred from checkpoint: vocab_size 64")
+  config2, bert2, gen2 = _configs(inferred)
+  assert (bert2, gen2) == (bert, gen)
+  shapes = {k: v.shape.as_list() for k, v in model.tf1_variables().items()}
+  rebuilt = PretrainingModel(config2, vocab={})
+  assert {k: v.shape.as_list() for k, v in rebuilt.tf1_variables().items()} == shapes
+  for field in ("electra_objective", "untied_generator_embeddings", "uniform_generator",
+                "two_tower_generator"):
+    assert getattr(config2, field) == getattr(config, field), field
+  assert config2.embedding_size == (config.embedding_size or bert.hidden_size)
+  if name == "released_small":
+    assert inferred["generator_hidden_size"] == 1.0 and inferred["model_size"] == "small"
+    assert "generator 1 x 2 layers (tied embeddings)" in summary
+  if name == "e_equals_h_3l":
+    assert inferred["embedding_size"] == 128 and inferred["generator_hidden_size"] == 0.5
+
+
+def test_infer_rejects_object_checkpoints_and_other_models(tmp_path):
+  v = tf.Variable(np.zeros([2], np.float32))
+  prefix = tf.train.Checkpoint(v=v).write(str(tmp_path / "tf2" / "ckpt"))
+  with pytest.raises(ValueError, match="object-based .TF2. checkpoint"):
+    model_dir.infer_hparams_from_checkpoint(prefix)
+  other = checkpoints.save_tf1_checkpoint({"bert/x": np.zeros([2], np.float32)},
+                                          str(tmp_path / "tf1"))
+  with pytest.raises(ValueError, match="not an ELECTRA checkpoint"):
+    model_dir.infer_hparams_from_checkpoint(other)
+  assert model_dir.model_hparams(str(tmp_path / "empty")) == (None, "")
+
+
+def test_fraction_prefers_official_values():
+  assert model_dir.fraction(256, 768) == 0.33333
+  assert model_dir.fraction(64, 256) == 0.25
+  assert model_dir.fraction(256, 256) == 1.0
+  f = model_dir.fraction(100, 768)
+  assert int(round(768 * f)) == 100
+  assert model_dir.heads_for(768) == 12 and model_dir.heads_for(1024) == 16
+  assert model_dir.heads_for(128) == 2 and model_dir.heads_for(32) == 1
+
+
+def test_hparams_for_run_precedence(reference_dir, tmp_path, vocab_file):
+  ckpt = _copy_checkpoint(reference_dir / "electra_small_2l", tmp_path / "init")
+  run_dir = tmp_path / "models" / "demo"
+  # No model_dir yet: the init checkpoint's shapes describe the model.
+  merged, source = model_dir.hparams_for_run({"learning_rate": 1e-3},
+                                             [str(run_dir), None, str(ckpt / "model.ckpt")])
+  assert source.startswith("checkpoint ") and merged["learning_rate"] == 1e-3
+  assert merged["model_hparam_overrides"] == {"num_hidden_layers": 2}
+  # Once the run wrote its files, they win; a contradiction names them.
+  config = PretrainingConfig("demo", str(tmp_path), **merged)
+  model_dir.write_model_files(str(run_dir), config, vocab_file)
+  merged, source = model_dir.hparams_for_run({}, [str(run_dir), str(ckpt / "model.ckpt")])
+  assert source == f"hparams.json in {run_dir}" and merged["embedding_size"] == 128
+  with pytest.raises(ValueError, match=f"^hparams.json in {run_dir} says vocab_size 30522 but "
+                     "--hparams gives 100$"):
+    model_dir.hparams_for_run({"vocab_size": 100}, [str(run_dir)])
+  assert model_dir.hparams_for_run({"a": 1}, [str(tmp_path / "none"), None]) == ({"a": 1}, "")
