@@ -26,7 +26,7 @@ from typing import Any
 
 import numpy as np
 
-from electra_tf import hf_export
+from electra_tf import hf_export, names
 from electra_tf.model_dir import shape_hparams
 
 CONFIG_FILE = "config.json"
@@ -52,12 +52,12 @@ def tf1_rows(kind: str, config: Any, embedding_size: int, scope: str = "generato
              embeddings_scope: str = "electra/embeddings") -> list[Any]:
   """The TF1 <-> HF name table of one tower + head (``kind``: "discriminator" / "generator").
 
-  The one place this module takes names from ``hf_export``; rows have ``tf_name``,
-  ``hf_name``, ``tf_shape`` and ``transpose``.
+  The same ``electra_tf.names`` table the export writes with, read in the other direction;
+  rows have ``tf_name``, ``hf_name``, ``tf_shape``, ``transpose`` and ``alias``.
   """
   if kind == "discriminator":
-    return hf_export.discriminator_rows(config, embedding_size)
-  return hf_export.generator_rows(config, embedding_size, scope, embeddings_scope)
+    return list(names.discriminator_table(config, embedding_size).rows)
+  return list(names.generator_table(config, embedding_size, scope, embeddings_scope).rows)
 
 
 def _read_json(path: str) -> dict[str, Any]:
@@ -122,7 +122,7 @@ def _read_model(folder: str) -> _Model:
   if arch not in (*DISCRIMINATOR_CLASSES, GENERATOR_CLASS):
     raise ValueError(f"{folder}/{CONFIG_FILE}: architecture {arch} is not one of "
                      f"{', '.join((*DISCRIMINATOR_CLASSES, GENERATOR_CLASS))}")
-  config, e = hf_export._bert_config_from_hf(cfg)
+  config, e = hf_export.bert_config_from_hf(cfg)
   tensors = {k: np.asarray(v, np.float32) for k, v in load_weights(folder).items()
              if not k.endswith(_IGNORED_SUFFIXES)}
   if not any(k.startswith("electra.") for k in tensors):  # bare ElectraModel
@@ -159,6 +159,8 @@ def _find_models(path: str, generator: str | None) -> tuple[_Model | None, _Mode
 def _take(model: _Model, rows: list[Any], out: dict[str, np.ndarray]) -> None:
   """Moves ``rows`` out of ``model.tensors`` into ``out`` under TF1 names (transposed back)."""
   for row in rows:
+    if row.alias and row.hf_name not in model.tensors:
+      continue  # the tied output layer: HF may store it or not; when stored it must be equal
     if row.hf_name not in model.tensors:
       raise ValueError(f"{model.folder}: the weights lack {row.hf_name} ({CONFIG_FILE} "
                        f"implies {row.tf_name} {list(row.tf_shape)})")

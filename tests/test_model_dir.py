@@ -18,7 +18,7 @@ from electra_tf.config import (
 )
 from electra_tf.modeling.bert_config import BertConfig
 from electra_tf.pretraining.objectives import PretrainingModel
-from tests.conftest import REPO_ROOT
+from helpers.paths import REPO_ROOT
 
 SMALL_2L = {"model_size": "small", "model_hparam_overrides": {"num_hidden_layers": 2}}
 
