@@ -7,6 +7,7 @@ import shutil
 import numpy as np
 import pytest
 import tensorflow as tf
+from helpers.paths import REPO_ROOT
 
 from electra_tf import checkpoints, model_dir
 from electra_tf.config import (
@@ -18,7 +19,6 @@ from electra_tf.config import (
 )
 from electra_tf.modeling.bert_config import BertConfig
 from electra_tf.pretraining.objectives import PretrainingModel
-from helpers.paths import REPO_ROOT
 
 SMALL_2L = {"model_size": "small", "model_hparam_overrides": {"num_hidden_layers": 2}}
 
