@@ -55,8 +55,8 @@ def write_table(spec: TaskSpec, task_name: str, test_path: str, records: Sequenc
     keys.append(("text_b", _name(spec.text_b, "text_b")))
   rows = []
   for i, (record, value) in enumerate(zip(records, values, strict=True)):
-    row = {name: record.values[role] for role, name in keys}
-    if spec.id is None:
+    row = {name: record.values.get(role) for role, name in keys}
+    if row[keys[0][1]] is None:  # no id column: the row number
       row[keys[0][1]] = i
     row["prediction"] = _json_value(value)
     rows.append(row)

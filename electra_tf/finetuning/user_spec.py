@@ -7,7 +7,7 @@ A folder ``<data_dir>/finetuning_data/<name>/`` with ``task.json`` next to ``tra
 - ``text_a``, ``text_b`` (null for single texts), ``label``: column names (CSV, TSV with a
   header, JSONL keys) or 0-based column numbers (CSV / TSV); for tagging JSONL the keys of the
   token and tag lists (default ``tokens`` / ``tags``); ``id`` (optional): a column copied into
-  the written predictions (default: the row number);
+  the written predictions (rows or files without it: the row number);
 - ``labels`` (classification, optional): the label values; default: first-seen order in train;
 - ``metrics`` (optional): see ``user_metrics.METRICS``;
 - ``header`` (TSV, default true): whether the first line names the columns;

@@ -88,7 +88,7 @@ class _UserSentenceTask:
     path = self.split_file(split)
     s = self.spec
     columns = {"id": s.id, "text_a": s.text_a, "text_b": s.text_b, "label": s.label}
-    optional = ("label",) if split == "test" else ()
+    optional = ("id", "label") if split == "test" else ("id",)
     records = read_records(path, columns, optional, s.header,
                            _DEBUG_MAX_ROWS if self.debug else None)
     if not records:

@@ -55,7 +55,8 @@ def write_all(root, data_dir):
       _write_tsv(data / task / f"{split}.tsv", tsv_rows(glue / folder / f"{split}.tsv", a, b))
 
   _task_json(data / "movie_reviews", {"type": "classification", "text_a": "review",
-                                      "text_b": None, "label": "sentiment"})
+                                      "text_b": None, "label": "sentiment",
+                                      "id": "review_id"})
   for split in ("train", "dev"):
     rows = tsv_rows(glue / "SST-2" / f"{split}.tsv", *SPLITS[split])[1:]
     _write_csv(data / "movie_reviews" / f"{split}.csv", ["sentiment", "review"],
