@@ -154,7 +154,7 @@ def test_multitask_with_builtin_and_export(root, vocab_file, tmp_path):
     served = loaded.signatures[signature](**inputs)
     feats = {k: tf.constant(np.array([f[k] for f in batch])) for k in batch[0]}
     feats = {k: tf.cast(v, tf.int32) if v.dtype == tf.int64 else v for k, v in feats.items()}
-    out = model(feats, training=False)[task.name]
+    out = model(feats, training=False, task_names=[task.name])[task.name]
     if signature == "tag":
       positions = feats["chunking_labeled_positions"].numpy()
       logits = np.take_along_axis(served["logits"].numpy(), positions[..., None], axis=1)
