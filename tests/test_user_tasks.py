@@ -191,3 +191,41 @@ def test_unknown_name_without_task_json(tokenizer, tmp_path):
   with pytest.raises(ValueError, match=r"Unknown task 'mine'; known tasks: cola, .* or a "
                                        r"folder with a task\.json"):
     _task("mine", tokenizer, tmp_path)
+
+
+def test_tagging_jsonl_same_as_conll_and_written_predictions(root, tokenizer, tmp_path):
+  """The CoNLL chunking files as JSONL (other keys, ids) give the same features; predictions
+  are written per word in the train file's scheme, words past the tagged ones as O."""
+  folder = tmp_path / "finetuning_data" / "chunks_json"
+  folder.mkdir(parents=True)
+  (folder / "task.json").write_text(json.dumps({"type": "tagging", "text_a": "words",
+                                                "label": "chunks", "id": "sid"}))
+  conll = _task("chunking", tokenizer, root)
+  for split in ("train", "dev", "test"):
+    rows = [{"sid": f"{split}-{i}", "words": s.words, "chunks": s.tags}
+            for i, s in enumerate(conll.read_split(split)[1])]
+    if split == "test":
+      rows = [{k: v for k, v in r.items() if k != "chunks"} for r in rows]
+    (folder / f"{split}.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+  task = _task("chunks_json", tokenizer, tmp_path)
+  assert task.label_mapping == conll.label_mapping
+  for split in ("train", "dev", "test"):
+    a = [f for e in conll.get_examples(split) for f in conll.featurize(e)]
+    b = [f for e in task.get_examples(split) for f in task.featurize(e)]
+    assert [_renamed(f, "chunks_json", "chunking") for f in b] == a
+
+  # predictions: gold ids for the first 3 words of every test sentence, nothing for sentence 1
+  examples = conll.get_examples("dev")
+  outputs = [{"eid": np.int32(e.eid), "predictions": np.array(e.labels + [0] * 5),
+              "labels_mask": np.array([1.0] * 3 + [0.0] * 5)} for e in examples if e.eid != 1]
+  path = task.write_predictions(outputs, str(tmp_path / "out"))
+  assert path.endswith("chunks_json_predictions.jsonl")
+  with open(path) as f:
+    rows = [json.loads(line) for line in f]
+  gold = conll.read_split("dev")[1]
+  assert [r["sid"] for r in rows] == [f"test-{i}" for i in range(len(gold))]
+  assert rows[1]["chunks"] == ["O"] * len(gold[1].words)
+  for row, sentence in zip(rows, gold, strict=True):
+    assert row["words"] == sentence.words
+    if row["sid"] != "test-1":  # the gold IOB2 tags (a span cut at word 3 keeps B/I)
+      assert row["chunks"] == sentence.tags[:3] + ["O"] * (len(sentence.words) - 3)

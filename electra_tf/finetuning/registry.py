@@ -1,5 +1,6 @@
 """Fine-tuning tasks by official name (``task_builder``), with their raw data under
-``<data_dir>/finetuning_data/<task>/``.
+``<data_dir>/finetuning_data/<task>/``; any other name whose folder holds a ``task.json`` is a
+user task (``user_tasks``).
 
 ``get_tasks(task_names, tokenizer, data_dir, max_seq_length, **options)`` builds every task of a
 run; ``options`` are plain values named as in the official ``FinetuningConfig`` (each task

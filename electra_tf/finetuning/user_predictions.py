@@ -76,7 +76,7 @@ def word_tags(predicted: Sequence[str], n_words: int, scheme: str | None) -> lis
   ``scheme`` ``BIO`` / ``BIOES``: spans are read with the official rules (as the scorer does)
   and written well-formed in that scheme; None: per-word tags, unchanged.
   """
-  tags = list(predicted) + ["O"] * (n_words - len(predicted))
+  tags = list(predicted[:n_words]) + ["O"] * (n_words - len(predicted))
   if scheme is None:
     return tags
   return get_tags(get_span_labels(tags), n_words, scheme)

@@ -150,7 +150,7 @@ class UserClassificationTask(_UserSentenceTask, ClassificationTask):
     seen: dict[str, Any] = {}
     for r in records:
       value = r.values["label"]
-      if not isinstance(value, (str, int, float, bool)):
+      if not isinstance(value, (str, int, float, bool)) or value == "":
         raise data_error(path, f"label {json.dumps(value)} is not a label value", r.line)
       seen.setdefault(label_key(value), value)
     if len(seen) < 2:
