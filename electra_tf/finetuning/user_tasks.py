@@ -258,10 +258,9 @@ class UserTaggingTask(TaggingTask):
     tagged = split != "test"
     limit = _DEBUG_MAX_ROWS if self.debug else None
     if path.endswith(".jsonl"):
-      key = str
-      sentences = read_tagged_jsonl(path, key(self.spec.text_a), key(self.spec.label),
-                                    None if self.spec.id is None else key(self.spec.id),
-                                    tagged, limit)
+      s = self.spec
+      sentences = read_tagged_jsonl(path, str(s.text_a), str(s.label),
+                                    None if s.id is None else str(s.id), tagged, limit)
     else:
       sentences = read_conll(path, tagged, limit)
     if not sentences:
