@@ -276,6 +276,10 @@ class ModelRunner:
         path = os.path.splitext(c.test_predictions(task.name, "test", trial))[0] + ".json"
         outputs.write_json(preds, path)
         _log(f"  wrote {path}")
+      elif hasattr(task, "write_predictions"):
+        for split in task.get_test_splits():
+          preds = [result[task.name] for _, result in self.predict([task], split)]
+          _log(f"  wrote {task.write_predictions(preds, test_dir)}")
       else:
         _log(f"Skipping task {task.name} - writing predictions is not supported for this task")
 

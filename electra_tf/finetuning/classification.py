@@ -134,6 +134,7 @@ class SingleOutputTask(Task):
   def featurize(self, example: InputExample, is_training: bool = False) -> list[dict[str, Any]]:
     tokens_a = self.tokenizer.tokenize(example.text_a)
     tokens_b = self.tokenizer.tokenize(example.text_b) if example.text_b else None
+    self.note_length(len(tokens_a) + (len(tokens_b) + 3 if tokens_b else 2))
     if tokens_b:
       truncate_seq_pair(tokens_a, tokens_b, self.max_seq_length - 3)
     else:
@@ -157,6 +158,9 @@ class SingleOutputTask(Task):
 
   def label_features(self, example: InputExample) -> dict[str, Any]:
     raise NotImplementedError
+
+  def note_length(self, n_tokens: int) -> None:
+    """Hook: the untruncated length (special tokens included) of each featurized example."""
 
 
 class ClassificationTask(SingleOutputTask):

@@ -1,5 +1,6 @@
 """Fine-tuning tasks by official name (``task_builder``), with their raw data under
-``<data_dir>/finetuning_data/<task>/``.
+``<data_dir>/finetuning_data/<task>/``; any other name whose folder holds a ``task.json`` is a
+user task (``user_tasks``).
 
 ``get_tasks(task_names, tokenizer, data_dir, max_seq_length, **options)`` builds every task of a
 run; ``options`` are plain values named as in the official ``FinetuningConfig`` (each task
@@ -12,7 +13,7 @@ import os
 from collections.abc import Sequence
 from typing import Any
 
-from electra_tf.finetuning import classification, qa, tagging
+from electra_tf.finetuning import classification, qa, tagging, user_spec, user_tasks
 from electra_tf.finetuning.task import Task
 from electra_tf.finetuning.wordpiece import FullTokenizer
 
@@ -54,20 +55,31 @@ def make_tokenizer(vocab_file: str, do_lower_case: bool = True, strip_accents: b
   return FullTokenizer(vocab_file, do_lower_case=do_lower_case, strip_accents=strip_accents)
 
 
-def _check_name(task_name: str) -> type[Task]:
-  if task_name not in TASK_CLASSES:
-    raise ValueError(f"Unknown task {task_name!r}; known tasks: {', '.join(TASK_NAMES)}")
-  return TASK_CLASSES[task_name]
+def _check_name(task_name: str, raw_dir: str | None = None) -> type[Task] | None:
+  """The built-in class of ``task_name``, or None for a user task (``<raw_dir>/task.json``)."""
+  if task_name in TASK_CLASSES:
+    return TASK_CLASSES[task_name]
+  if raw_dir and user_spec.has_task_file(raw_dir):
+    return None
+  raise ValueError(f"Unknown task {task_name!r}; known tasks: {', '.join(TASK_NAMES)}, or a "
+                   f"folder with a task.json (none in {raw_dir or 'finetuning_data'})")
 
 
 def get_task(task_name: str, tokenizer: Any, data_dir: str, max_seq_length: int,
-             task_id: int = 0, debug: bool = False, **options: Any) -> Task:
-  """One task; ``options`` it does not use are ignored (see ``get_tasks`` for checking)."""
-  cls = _check_name(task_name)
+             task_id: int = 0, debug: bool = False, raw_dir: str | None = None,
+             **options: Any) -> Task:
+  """One task; ``options`` it does not use are ignored (see ``get_tasks`` for checking).
+  ``raw_dir``: its raw data folder (default ``<data_dir>/finetuning_data/<task>``)."""
+  raw_dir = raw_dir or raw_data_dir(data_dir, task_name)
+  cls = _check_name(task_name, raw_dir)
   unknown = sorted(set(options) - TASK_OPTIONS)
   if unknown:
     raise ValueError(f"Unknown task option(s) {', '.join(unknown)}; "
                      f"known: {', '.join(sorted(TASK_OPTIONS))}")
+  if cls is None:
+    return user_tasks.make_user_task(
+        task_name, raw_dir, tokenizer, max_seq_length, task_id, debug,
+        options.get("double_unordered", True), options.get("preprocessed_data_dir"))
   kwargs: dict[str, Any] = {}
   if issubclass(cls, qa.QATask):
     kwargs = {k: options[k] for k in _QA_OPTIONS if k in options}
@@ -77,21 +89,23 @@ def get_task(task_name: str, tokenizer: Any, data_dir: str, max_seq_length: int,
     kwargs["label_mapping_path"] = os.path.join(
         options["preprocessed_data_dir"],
         ("debug_" if debug else "") + task_name + "_label_mapping.json")
-  return cls(raw_data_dir(data_dir, task_name), tokenizer, max_seq_length, task_id=task_id,
-             debug=debug, **kwargs)
+  return cls(raw_dir, tokenizer, max_seq_length, task_id=task_id, debug=debug, **kwargs)
 
 
 def get_tasks(task_names: Sequence[str], tokenizer: Any, data_dir: str, max_seq_length: int,
-              debug: bool = False, **options: Any) -> list[Task]:
-  """All tasks of a run; ``task_id`` is the position in ``task_names`` (official)."""
+              debug: bool = False, raw_dirs: Sequence[str] | None = None,
+              **options: Any) -> list[Task]:
+  """All tasks of a run; ``task_id`` is the position in ``task_names`` (official).
+  ``raw_dirs``: each task's raw data folder (default ``<data_dir>/finetuning_data/<task>``)."""
   if not task_names:
     raise ValueError(f"No task names given; known tasks: {', '.join(TASK_NAMES)}")
-  for name in task_names:
-    _check_name(name)
+  raw_dirs = list(raw_dirs or [raw_data_dir(data_dir, name) for name in task_names])
+  for name, raw_dir in zip(task_names, raw_dirs, strict=True):
+    _check_name(name, raw_dir)
   if len(set(task_names)) != len(task_names):
     raise ValueError(f"Duplicate task names in {list(task_names)}")
-  return [get_task(name, tokenizer, data_dir, max_seq_length, i, debug, **options)
-          for i, name in enumerate(task_names)]
+  return [get_task(name, tokenizer, data_dir, max_seq_length, i, debug, raw_dir, **options)
+          for i, (name, raw_dir) in enumerate(zip(task_names, raw_dirs, strict=True))]
 
 
 def _tfds_glue_names():
@@ -103,9 +117,8 @@ def build_tasks(config: Any, use_tfds: bool = False) -> list[Any]:
   """The run's tasks (official ``task_builder.get_tasks``), raw data in
   ``config.raw_data_dir(task)``; an unknown name or a missing data folder is a one-line error."""
   for name in config.task_names:
-    if name not in TASK_CLASSES:
-      raise ValueError(f"Unknown task {name!r}; known tasks: {', '.join(TASK_NAMES)}")
     raw = config.raw_data_dir(name)
+    _check_name(name, raw)
     if not (use_tfds and name in _tfds_glue_names()) and not os.path.isdir(raw):
       raise FileNotFoundError(f"data folder for task '{name}' not found: {raw}")
   if not os.path.isfile(config.vocab_file):
@@ -113,8 +126,6 @@ def build_tasks(config: Any, use_tfds: bool = False) -> list[Any]:
                             "model folder or in data_dir, or set the vocab_file hparam)")
   tokenizer = make_tokenizer(config.vocab_file, config.do_lower_case)
   options = {k: getattr(config, k) for k in TASK_OPTIONS}
-  tasks = get_tasks(config.task_names, tokenizer, config.data_dir, config.max_seq_length,
-                    debug=config.debug, **options)
-  for task in tasks:  # honour a raw_data_dir hparam (the registry uses the default layout)
-    task.raw_data_dir = config.raw_data_dir(task.name)
-  return tasks
+  return get_tasks(config.task_names, tokenizer, config.data_dir, config.max_seq_length,
+                   debug=config.debug,
+                   raw_dirs=[config.raw_data_dir(name) for name in config.task_names], **options)

@@ -98,6 +98,10 @@ class TaggingTask(Task):
   def _encode(self, tags: Sequence[str]) -> list[str]:
     return list(tags) if self.is_token_level else to_encoding(tags)
 
+  def label_splits(self) -> list[str]:
+    """Splits whose tags make up the label mapping: every present one (official)."""
+    return [s for s in _SPLITS if os.path.isfile(os.path.join(self.raw_data_dir, s + ".txt"))]
+
   @property
   def label_mapping(self) -> dict[str, int]:
     """Tag -> id: sorted tags of all present splits, or the cached JSON when it exists."""
@@ -110,10 +114,9 @@ class TaggingTask(Task):
         if not os.path.isdir(self.raw_data_dir):
           raise data_error(self.raw_data_dir, f"data folder for task '{self.name}' not found")
         tags = set()
-        for split in _SPLITS:
-          if os.path.isfile(os.path.join(self.raw_data_dir, split + ".txt")):
-            for sentence in self._sentences(split)[1]:
-              tags.update(self._encode(sentence.tags))
+        for split in self.label_splits():
+          for sentence in self._sentences(split)[1]:
+            tags.update(self._encode(sentence.tags))
         if not tags:
           raise data_error(self.raw_data_dir, f"no {'/'.join(_SPLITS)}.txt with tags found")
         self._label_mapping = {t: i for i, t in enumerate(sorted(tags))}
