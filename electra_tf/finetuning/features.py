@@ -154,8 +154,8 @@ def _short(value: Any) -> str:
 
 def key_changes(old: Mapping[str, Any], new: Mapping[str, Any], prefix: str = "") -> list[str]:
   """Readable differences between two cache keys, e.g. ``rte/train.tsv changed`` or
-  ``max_seq_length changed (128 -> 64)``. Entries under a ``files`` key are file
-  fingerprints: reported as changed / added / removed without their values."""
+  ``max_seq_length changed (128 -> 64)``. File fingerprints (entries under ``files``, dicts
+  with a ``sha256``) are reported as changed / added / removed without their values."""
   changes = []
   for name in sorted(set(old) | set(new)):
     a, b = old.get(name), new.get(name)
@@ -169,6 +169,8 @@ def key_changes(old: Mapping[str, Any], new: Mapping[str, Any], prefix: str = ""
           changes.append(f"{f} removed")
         elif a[f] != b[f]:
           changes.append(f"{f} changed")
+    elif isinstance(a, Mapping) and isinstance(b, Mapping) and "sha256" in {*a, *b}:
+      changes.append(f"{prefix}{name} changed")  # a file fingerprint
     elif isinstance(a, Mapping) and isinstance(b, Mapping):
       changes += key_changes(a, b, f"{prefix}{name}.")
     elif name in old and name in new:

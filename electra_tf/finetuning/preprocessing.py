@@ -21,7 +21,7 @@ from electra_tf.finetuning import features, tfds_glue
 
 CACHE_FORMAT = 1  # bump when the record layout changes
 # task attributes that change the features a task makes from the same examples
-FEATURIZATION_ATTRIBUTES = ("max_seq_length", "debug", "max_query_length", "doc_stride", "v2",
+FEATURIZATION_ATTRIBUTES = ("debug", "max_query_length", "doc_stride", "v2",
                             "double_unordered", "is_token_level")
 
 
