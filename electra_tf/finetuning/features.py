@@ -180,10 +180,10 @@ def key_changes(old: Mapping[str, Any], new: Mapping[str, Any], prefix: str = ""
   return changes
 
 
-def _write_json_atomically(path: str, value: Any) -> None:
+def _write_json_atomically(path: str, value: Any, indent: int | None = None) -> None:
   tmp = path + ".tmp"
   with tf.io.gfile.GFile(tmp, "w") as f:
-    json.dump(value, f, indent=1, sort_keys=True)
+    json.dump(value, f, indent=indent, sort_keys=True)
   tf.io.gfile.rename(tmp, path, overwrite=True)
 
 
@@ -229,5 +229,5 @@ def build_or_load_cached(prefix: str, make_feature_dicts, specs: Sequence[Featur
   tf.io.gfile.rename(tfrecord_path + ".tmp", tfrecord_path, overwrite=True)
   _write_json_atomically(metadata_path, {"n_examples": n})
   if key is not None:
-    _write_json_atomically(key_path, key)
+    _write_json_atomically(key_path, key, indent=1)
   return tfrecord_path, n
