@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 
 from electra_tf.config import FinetuningConfig
-from electra_tf.finetuning import features, registry
+from electra_tf.finetuning import features, preprocessing, registry
 from electra_tf.finetuning.preprocessing import Preprocessor
 
 HPARAMS = {"task_names": ["rte"], "max_seq_length": 64, "train_batch_size": 8,
@@ -178,3 +178,33 @@ def test_file_fingerprint_small_and_large(tmp_path):
   data[10] ^= 1
   large.write_bytes(bytes(data))
   assert features.file_fingerprint(str(large), chunk=1000)["sha256"] != fp["sha256"]
+
+
+def test_a_cache_depends_on_its_own_split_files(root, vocab_file, data_dir, capsys):
+  """Editing train.tsv rebuilds the train cache only; a tagging task's label ids come from
+  every split, so its caches depend on all of its files."""
+  run = Run(root, vocab_file)
+  run.pre.prepare(run.tasks, "dev", is_training=False)
+  with open(root / "finetuning_data" / "rte" / "train.tsv", "a", encoding="utf-8") as f:
+    f.write("99\tA new premise.\tA new hypothesis.\tentailment\n")
+  again = Run(root, vocab_file)
+  again.pre.prepare(again.tasks, "dev", is_training=False)
+  assert again.reads == 0 and _rebuild_lines(capsys.readouterr().out) == []
+  chunk = root / "finetuning_data" / "chunk"
+  chunk.mkdir()
+  for split in ("train", "dev"):
+    (chunk / f"{split}.txt").write_text("Confidence NN B-NP\nin IN B-PP\n\n")
+  squad = root / "finetuning_data" / "squad"
+  squad.mkdir()
+  for split in ("train", "dev"):
+    (squad / f"{split}.json").write_text('{"data": []}')
+  tasks = {t.name: t for t in registry.build_tasks(
+      FinetuningConfig("m", str(root), **{**HPARAMS, "task_names": ["rte", "chunk", "squad"],
+                                           "vocab_file": vocab_file}))}
+  assert [os.path.basename(p) for p in preprocessing.source_paths(tasks["rte"], "dev")] == [
+      "dev.tsv"]
+  assert [os.path.basename(p) for p in preprocessing.source_paths(tasks["squad"], "dev")] == [
+      "dev.json"]
+  assert [os.path.basename(p) for p in preprocessing.source_paths(tasks["chunk"], "dev")] == [
+      "dev.txt", "train.txt"]
+  assert preprocessing.source_paths(tasks["rte"], "test") == []  # reading it reports it

@@ -2,7 +2,7 @@
 everything that produced them.
 
 A cache ``<preprocessed_data_dir>/<tasks>_<split>.tfrecord`` is reused only while its key
-(``<...>.key.json``) matches: every file in each task's raw data folder (size + content hash),
+(``<...>.key.json``) matches: the raw files the split is read from (size + content hash),
 the vocab file's hash, ``max_seq_length``, the task list and order, the split, ``is_training``,
 the training shuffle seed, the padding batch size, TFDS use and each task's featurisation
 options (``doc_stride``, ``max_query_length``, ``double_unordered``, ...). Otherwise it is
@@ -18,6 +18,9 @@ from typing import Any
 
 from electra_tf.console import log
 from electra_tf.finetuning import features, tfds_glue
+from electra_tf.finetuning.classification import SingleOutputTask
+from electra_tf.finetuning.qa import QATask
+from electra_tf.finetuning.task import DataError
 
 CACHE_FORMAT = 1  # bump when the record layout changes
 # task attributes that change the features a task makes from the same examples
@@ -25,19 +28,31 @@ FEATURIZATION_ATTRIBUTES = ("debug", "max_query_length", "doc_stride", "v2",
                             "double_unordered", "is_token_level")
 
 
-def source_fingerprints(tasks: Sequence[Any]) -> dict[str, dict[str, Any]]:
-  """``<task>/<file>`` -> fingerprint of every file directly in each task's raw data folder
-  (all splits: a tagging task's label ids come from every split's tags)."""
-  files = {}
-  for task in tasks:
-    folder = getattr(task, "raw_data_dir", None)
-    if not folder or not os.path.isdir(folder):
-      continue
-    for name in sorted(os.listdir(folder)):
-      path = os.path.join(folder, name)
-      if os.path.isfile(path):
-        files[f"{task.name}/{name}"] = features.file_fingerprint(path)
-  return files
+def source_paths(task: Any, split: str) -> list[str]:
+  """The raw files ``split`` of ``task`` is read from: the task's own ``source_files(split)``
+  when it has one; the split's file for GLUE-style and QA tasks; otherwise every file in the
+  task's folder (a tagging task's label ids come from every split's tags). Missing files are
+  left out: reading the split reports them."""
+  if callable(getattr(task, "source_files", None)):
+    return list(task.source_files(split))
+  try:
+    if isinstance(task, SingleOutputTask):
+      return [task.split_path(task.file_split(split), ".tsv")]
+    if isinstance(task, QATask):
+      return [task.raw_path(split)]
+  except DataError:
+    return []
+  folder = getattr(task, "raw_data_dir", None)
+  if not folder or not os.path.isdir(folder):
+    return []
+  return [os.path.join(folder, name) for name in sorted(os.listdir(folder))
+          if os.path.isfile(os.path.join(folder, name))]
+
+
+def source_fingerprints(tasks: Sequence[Any], split: str) -> dict[str, dict[str, Any]]:
+  """``<task>/<file>`` -> fingerprint of every raw file ``split`` of ``tasks`` is read from."""
+  return {f"{task.name}/{os.path.basename(path)}": features.file_fingerprint(path)
+          for task in tasks for path in source_paths(task, split) if os.path.isfile(path)}
 
 
 def task_options(task: Any) -> dict[str, Any]:
@@ -106,7 +121,7 @@ class Preprocessor:
         "batch_size": c.train_batch_size if is_training else c.eval_batch_size,
         "source": self.source,
         "options": {t.name: task_options(t) for t in tasks},
-        "files": source_fingerprints(tasks),
+        "files": source_fingerprints(tasks, split),
     }
 
   def prepare(self, tasks: Sequence[Any], split: str, is_training: bool) -> tuple[str, int]:
