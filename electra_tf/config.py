@@ -279,7 +279,7 @@ class FinetuningConfig(_HParams):
   num_train_epochs: float = 3.0
   warmup_proportion: float = 0.1
   save_checkpoints_steps: int = 1000000
-  iterations_per_loop: int = 1000
+  iterations_per_loop: int = 1000  # unless set: capped at 10% of the steps (see below)
   use_tfrecords_if_existing: bool = True  # reuse featurized TFRecords when present
   # writing outputs
   write_test_outputs: bool = False  # GLUE and SQuAD 2.0 test-set predictions
@@ -380,6 +380,8 @@ class FinetuningConfig(_HParams):
     self._check_model_size()
     if not self.task_names:
       raise ValueError("task_names must name at least one task")
+    self._preset_iterations_per_loop = (
+        None if "iterations_per_loop" in kwargs else self.iterations_per_loop)
 
   @classmethod
   def _check_template(cls, key: str, value: Any) -> None:
@@ -392,6 +394,14 @@ class FinetuningConfig(_HParams):
     if isinstance(raw, str) and "{" not in raw:
       kwargs = {**kwargs, "raw_data_dir": os.path.join(raw, "{:}")}
     super()._update(kwargs)
+
+  def train_iterations_per_loop(self, num_train_steps: int) -> int:
+    """Steps per training loop call (= per progress line). A value the user set is used as
+    is (capped at ``num_train_steps``); the default 1000 is lowered to 10% of the steps so a
+    short run reports its progress about ten times."""
+    if self.iterations_per_loop != getattr(self, "_preset_iterations_per_loop", None):
+      return max(1, min(self.iterations_per_loop, num_train_steps))
+    return max(1, min(self.iterations_per_loop, num_train_steps // 10))
 
   def raw_data_dir(self, task_name: str) -> str:
     """Folder with the task's raw train/dev/test files."""

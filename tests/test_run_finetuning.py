@@ -14,6 +14,8 @@ import tensorflow as tf
 import run_finetuning as rf
 from electra_tf.config import FinetuningConfig
 from electra_tf.finetuning import outputs, registry, tfds_glue
+from electra_tf.finetuning.runner import glue_test_indices
+from electra_tf.finetuning.trials import check_init_checkpoint
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 TINY = {"model_hparam_overrides": {"hidden_size": 32, "num_hidden_layers": 2},
@@ -180,10 +182,10 @@ def test_bad_input_is_a_one_line_error(data_root, vocab_file, tmp_path):
   missing = _config(data_root, vocab_file, task_names=["rte"],
                     init_checkpoint=str(tmp_path / "nothing"))
   with pytest.raises(FileNotFoundError, match='"init_checkpoint": null'):
-    rf.check_init_checkpoint(missing)
+    check_init_checkpoint(missing)
   default = FinetuningConfig("m", str(data_root), task_names=["rte"])  # models/m: absent
   with pytest.raises(FileNotFoundError, match="init_checkpoint"):
-    rf.check_init_checkpoint(default)
+    check_init_checkpoint(default)
 
 
 @pytest.mark.parametrize("args,message", [
@@ -218,7 +220,7 @@ def test_glue_submission_rows(data_root, vocab_file):
                                                      2: np.float32(-0.1)}, {0: "7", 1: "8",
                                                                             2: "9"})
   assert rows == [("7", "2.500"), ("8", "5.000"), ("9", "0.000")]
-  assert rf.glue_test_indices(tasks["rte"], "test") == {i: str(100 + i) for i in range(8)}
+  assert glue_test_indices(tasks["rte"], "test") == {i: str(100 + i) for i in range(8)}
 
 
 def test_median_results():

@@ -9,9 +9,10 @@ Integer features are stored as int64 and decoded to int32 (official ``_decode_tf
 from __future__ import annotations
 
 import dataclasses
+import hashlib
 import json
 import os
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any
 
 import numpy as np
@@ -130,20 +131,103 @@ def cache_prefix(preprocessed_dir: str, task_names: Sequence[str], split: str) -
   return os.path.join(preprocessed_dir, "_".join(sorted(task_names)) + "_" + split)
 
 
+def file_fingerprint(path: str, chunk: int = 1 << 20) -> dict[str, Any]:
+  """What identifies a source file's content: size and SHA-256 of the whole file when it is at
+  most two ``chunk``s, else of its first and last ``chunk`` plus the mtime (an edit in the
+  middle of a large file that keeps its size is caught by the mtime)."""
+  size = os.path.getsize(path)
+  digest = hashlib.sha256()
+  with open(path, "rb") as f:
+    if size <= 2 * chunk:
+      digest.update(f.read())
+      return {"size": size, "sha256": digest.hexdigest()}
+    digest.update(f.read(chunk))
+    f.seek(size - chunk)
+    digest.update(f.read(chunk))
+  return {"size": size, "sha256": digest.hexdigest(), "mtime_ns": os.stat(path).st_mtime_ns}
+
+
+def _short(value: Any) -> str:
+  text = json.dumps(value, sort_keys=True)
+  return text if len(text) <= 40 else text[:37] + "..."
+
+
+def key_changes(old: Mapping[str, Any], new: Mapping[str, Any], prefix: str = "") -> list[str]:
+  """Readable differences between two cache keys, e.g. ``rte/train.tsv changed`` or
+  ``max_seq_length changed (128 -> 64)``. File fingerprints (entries under ``files``, dicts
+  with a ``sha256``) are reported as changed / added / removed without their values."""
+  changes = []
+  for name in sorted(set(old) | set(new)):
+    a, b = old.get(name), new.get(name)
+    if a == b:
+      continue
+    if name == "files" and isinstance(a, Mapping) and isinstance(b, Mapping):
+      for f in sorted(set(a) | set(b)):
+        if f not in a:
+          changes.append(f"{f} added")
+        elif f not in b:
+          changes.append(f"{f} removed")
+        elif a[f] != b[f]:
+          changes.append(f"{f} changed")
+    elif isinstance(a, Mapping) and isinstance(b, Mapping) and "sha256" in {*a, *b}:
+      changes.append(f"{prefix}{name} changed")  # a file fingerprint
+    elif isinstance(a, Mapping) and isinstance(b, Mapping):
+      changes += key_changes(a, b, f"{prefix}{name}.")
+    elif name in old and name in new:
+      changes.append(f"{prefix}{name} changed ({_short(a)} -> {_short(b)})")
+    else:
+      changes.append(f"{prefix}{name} {'added' if name in new else 'removed'}")
+  return changes
+
+
+def _write_json_atomically(path: str, value: Any, indent: int | None = None) -> None:
+  tmp = path + ".tmp"
+  with tf.io.gfile.GFile(tmp, "w") as f:
+    json.dump(value, f, indent=indent, sort_keys=True)
+  tf.io.gfile.rename(tmp, path, overwrite=True)
+
+
+def _read_json(path: str) -> Any:
+  try:
+    with tf.io.gfile.GFile(path) as f:
+      return json.load(f)
+  except (tf.errors.NotFoundError, json.JSONDecodeError):
+    return None
+
+
 def build_or_load_cached(prefix: str, make_feature_dicts, specs: Sequence[FeatureSpec],
                          pad_to_multiple_of: int = 1, padding_task_id: int = 0,
-                         use_existing: bool = True) -> tuple[str, int]:
-  """Returns ``(<prefix>.tfrecord, n_records)``, writing the file only when no metadata exists.
+                         use_existing: bool = True, key: Mapping[str, Any] | None = None,
+                         log_fn: Callable[[str], None] | None = None) -> tuple[str, int]:
+  """Returns ``(<prefix>.tfrecord, n_records)``, writing the file unless an up-to-date one exists.
 
   ``make_feature_dicts`` is a zero-argument callable yielding feature dicts, so nothing is
-  read or tokenized on a cache hit. ``<prefix>.metadata`` holds ``{"n_examples": n}``.
+  read or tokenized on a cache hit. ``<prefix>.metadata`` holds ``{"n_examples": n}`` (the
+  official file). ``key`` (JSON-able) describes everything the records were made from; it is
+  stored as ``<prefix>.key.json``, written last and atomically, and a cache whose stored key
+  differs is rebuilt, with one ``log_fn`` line naming what changed. Without ``key`` any
+  complete cache is reused (the official behaviour).
   """
   tfrecord_path, metadata_path = prefix + ".tfrecord", prefix + ".metadata"
-  if use_existing and tf.io.gfile.exists(metadata_path) and tf.io.gfile.exists(tfrecord_path):
-    with tf.io.gfile.GFile(metadata_path) as f:
-      return tfrecord_path, int(json.load(f)["n_examples"])
-  n = write_tfrecord(make_feature_dicts(), specs, tfrecord_path, pad_to_multiple_of,
+  key_path = prefix + ".key.json"
+  key = None if key is None else json.loads(json.dumps(key))  # as it reads back from disk
+  complete = tf.io.gfile.exists(metadata_path) and tf.io.gfile.exists(tfrecord_path)
+  if use_existing and complete:
+    stored = _read_json(key_path) if key is not None else None
+    if key is None or stored == key:
+      with tf.io.gfile.GFile(metadata_path) as f:
+        return tfrecord_path, int(json.load(f)["n_examples"])
+    if log_fn is not None:
+      why = (", ".join(key_changes(stored, key)) if isinstance(stored, dict)
+             else "no cache key (written by an older version)")
+      log_fn(f"Rebuilding cache {os.path.basename(prefix)}: {why}")
+  for path in (key_path, metadata_path):  # an interrupted rebuild must not look complete
+    if tf.io.gfile.exists(path):
+      tf.io.gfile.remove(path)
+  n = write_tfrecord(make_feature_dicts(), specs, tfrecord_path + ".tmp", pad_to_multiple_of,
                      padding_task_id)
-  with tf.io.gfile.GFile(metadata_path, "w") as f:
-    json.dump({"n_examples": n}, f)
+  tf.io.gfile.rename(tfrecord_path + ".tmp", tfrecord_path, overwrite=True)
+  _write_json_atomically(metadata_path, {"n_examples": n})
+  if key is not None:
+    _write_json_atomically(key_path, key, indent=1)
   return tfrecord_path, n

@@ -66,6 +66,17 @@ class _TruncationCounter:
           f"max_seq_length={self.max_seq_length} tokens and were truncated")
 
 
+def _source_files(task: Any, split: str) -> list[str]:
+  """The files ``split``'s features are made from (the cache key): task.json, the split's
+  file, and the train and dev files that labels, tag ids or the target range come from."""
+  files = [os.path.join(task.raw_data_dir, "task.json")]
+  for name in dict.fromkeys([split, "train", "dev"]):
+    path = task.split_file(name, required=False)
+    if path:
+      files.append(path)
+  return files
+
+
 class _UserSentenceTask:
   """Reading and prediction writing shared by user classification and regression tasks
   (mixed into the built-in ``SingleOutputTask`` subclasses)."""
@@ -79,6 +90,9 @@ class _UserSentenceTask:
 
   def split_file(self, split: str, required: bool = True) -> str | None:
     return find_split(self.raw_data_dir, split, TABLE_EXTENSIONS, required)
+
+  def source_files(self, split: str) -> list[str]:
+    return _source_files(self, split)
 
   def get_test_splits(self) -> list[str]:
     return ["test"] if self.split_file("test", required=False) else []
@@ -245,6 +259,9 @@ class UserTaggingTask(TaggingTask):
 
   def split_file(self, split: str, required: bool = True) -> str | None:
     return find_split(self.raw_data_dir, split, TAGGING_EXTENSIONS, required)
+
+  def source_files(self, split: str) -> list[str]:
+    return _source_files(self, split)
 
   def get_test_splits(self) -> list[str]:
     return ["test"] if self.split_file("test", required=False) else []

@@ -60,6 +60,9 @@ class TrainSettings:
   jit_compile: bool = False  # XLA-compile forward + backward of each step
   flops_per_step: float | None = None  # model FLOPs of one global-batch train step
   peak_flops: float | None = None  # peak FLOP/s of one device, for model FLOPs utilisation
+  # False: total_loss drives the optimizer but is not logged (the step function returns the
+  # scalar to show instead, e.g. a per-example mean when total_loss is a sum over the batch)
+  log_total_loss: bool = True
 
   def __post_init__(self):
     for name in ("num_train_steps", "train_batch_size", "iterations_per_loop",
@@ -281,7 +284,8 @@ class Trainer:
           raise NonFiniteLossError(
               f"total_loss became NaN or Inf at step {step}; stopped without saving, the latest "
               f"checkpoint is {self._keeper.latest() or 'none'}")
-        progress.add(sums, done)
+        progress.add(sums if s.log_total_loss else
+                     {k: v for k, v in sums.items() if k != "total_loss"}, done)
         if exhausted:
           self.log_fn(f"Training data ran out at step {step} before num_train_steps "
                       f"{s.num_train_steps}; saving and stopping")

@@ -1,0 +1,83 @@
+"""The fine-tuning run (official ``run_finetuning.run_finetuning``): ``num_trials`` times train,
+evaluate on dev, write results and test outputs; the median over trials at the end."""
+
+from __future__ import annotations
+
+import shutil
+from typing import Any
+
+import tensorflow as tf
+import tf_keras
+
+from electra_tf import checkpoints, training
+from electra_tf.console import log
+from electra_tf.finetuning import outputs, registry
+from electra_tf.finetuning.preprocessing import Preprocessor, make_examples_fn
+from electra_tf.finetuning.runner import ModelRunner
+
+
+def heading(message: str) -> None:
+  log("=" * 80 + "\n" + message + "\n" + "=" * 80)
+
+
+def check_init_checkpoint(config: Any) -> None:
+  """Fails before any work when ``init_checkpoint`` names nothing usable."""
+  if not config.init_checkpoint:
+    return
+  try:
+    checkpoints.resolve_checkpoint(config.init_checkpoint)
+  except FileNotFoundError as e:
+    raise FileNotFoundError(f"init_checkpoint: {e}; set \"init_checkpoint\": null in --hparams "
+                            "to fine-tune from random initialisation") from None
+
+
+def trial_seed(seed: int | None, trial: int) -> int | None:
+  """Trial ``trial`` (1-based) uses ``seed + trial - 1``; None stays None."""
+  return None if seed is None else seed + trial - 1
+
+
+def run_finetuning(config: Any, strategy: Any = None, use_tfds: bool = False,
+                   tfds_data_dir: str | None = None) -> list[dict[str, dict[str, float]]]:
+  """Trains and evaluates ``num_trials`` models of a ``FinetuningConfig``; returns each trial's
+  dev results ({task: {metric: value}}). ``strategy`` defaults to one device; ``use_tfds``
+  reads GLUE tasks from prepared TensorFlow Datasets in ``tfds_data_dir``."""
+  tasks = registry.build_tasks(config, use_tfds)  # bad names / folders fail before any output
+  check_init_checkpoint(config)
+  heading(f"Config: model={config.model_name}, trials={config.num_trials}")
+  log(config.to_json())
+  strategy = strategy or training.get_strategy("one_device")
+  preprocessor = Preprocessor(
+      config, tasks, make_examples_fn(use_tfds, tfds_data_dir), seed=config.seed,
+      source={"use_tfds": use_tfds, "tfds_data_dir": tfds_data_dir if use_tfds else None})
+  results: list[dict[str, dict[str, float]]] = []
+  trial = 1
+  while config.num_trials < 0 or trial <= config.num_trials:
+    title = f"model={config.model_name}, trial {trial}/{config.num_trials}"
+    model_dir = f"{config.model_dir}_{trial}"
+    if config.do_train and tf.io.gfile.exists(model_dir):
+      tf.io.gfile.rmtree(model_dir)  # official rmkdir: every trial starts afresh
+    runner = ModelRunner(config, tasks, preprocessor, strategy, model_dir,
+                         trial_seed(config.seed, trial))
+    if config.do_train:
+      heading(f"Start training: {title}")
+      runner.train()
+    elif config.do_eval:
+      runner.restore()
+    if config.do_eval:
+      heading(f"Run dev set evaluation: {title}")
+      results.append(runner.evaluate())
+      json_path = outputs.write_results(results, config.results_txt, config.results_pkl)
+      log(f"Wrote {config.results_txt}, {config.results_pkl}, {json_path}")
+      if config.write_test_outputs and trial <= config.n_writes_test:
+        heading(f"Running on the test set and writing the predictions: {title}")
+        runner.write_test_outputs(trial, use_tfds)
+    if trial != config.num_trials and not config.keep_all_models:
+      shutil.rmtree(model_dir, ignore_errors=True)
+    del runner
+    tf_keras.backend.clear_session()
+    trial += 1
+  if len(results) > 1:
+    for task, metrics in outputs.median_results(results).items():
+      log(f"{task} median over {len(results)} trials: "
+          + " - ".join(f"{k}: {v:.2f}" for k, v in metrics.items()))
+  return results

@@ -1,0 +1,33 @@
+"""ModelRunner's test-output dispatch: a task with ``write_predictions`` writes its own."""
+
+import os
+
+from electra_tf.config import FinetuningConfig
+from electra_tf.finetuning.runner import ModelRunner
+
+
+class UserTask:
+  name = "mine"
+
+  def __init__(self):
+    self.calls = []
+
+  def get_test_splits(self):
+    return ["test", "test_extra"]
+
+  def write_predictions(self, predictions, out_dir):
+    self.calls.append((predictions, out_dir))
+    return os.path.join(out_dir, "mine_predictions.tsv")
+
+
+def test_task_with_write_predictions_writes_its_own_outputs(tmp_path):
+  task = UserTask()
+  runner = ModelRunner.__new__(ModelRunner)  # no model: predictions come from predict below
+  runner.config = FinetuningConfig("m", str(tmp_path), task_names=["mine"])
+  runner.tasks = [task]
+  outputs = {"test": [{"label": 1}, {"label": 0}], "test_extra": [{"label": 2}]}
+  runner.predict = lambda tasks, split: iter(
+      [(0, {t.name: out}) for t in tasks for out in outputs[split]])
+  runner.write_test_outputs(trial=2, use_tfds=False)
+  want_dir = os.path.join(str(tmp_path), "models", "m", "test_predictions")
+  assert task.calls == [(outputs["test"], want_dir), (outputs["test_extra"], want_dir)]
