@@ -173,7 +173,7 @@ class PretrainingModel(tf_keras.Model):
     """
     return self._generator_towers(inputs, training)[0]
 
-  def generate(self, inputs: masking.Inputs, masked: masking.Inputs,
+  def generate(self, inputs: masking.Inputs, masked: masking.Inputs, *,
                training: bool = False) -> Generated:
     """Stage 2: generator logits at ``masked``'s slots and the generator losses.
 
@@ -198,7 +198,7 @@ class PretrainingModel(tf_keras.Model):
     return Generated(mlm_logits, objective_lib.generator_losses(mlm_logits, masked),
                      towers=towers)
 
-  def discriminate(self, inputs: masking.Inputs, labels: tf.Tensor | None = None,
+  def discriminate(self, inputs: masking.Inputs, labels: tf.Tensor | None = None, *,
                    training: bool = False,
                    cloze_log_probs: tf.Tensor | None = None) -> Discriminated:
     """Stage 4: discriminator logits [B, T] on ``inputs`` and, given int ``labels`` [B, T],
@@ -255,15 +255,15 @@ class PretrainingModel(tf_keras.Model):
     inputs = masking.features_to_inputs(features)
     mask_seed, sample_seed = obj.step_seeds(seed)
     masked = objective_lib.mask(inputs, obj, draws, mask_seed)
-    generated = self.generate(inputs, masked, training)
+    generated = self.generate(inputs, masked, training=training)
     if not obj.has_discriminator:  # masked LM only: nothing is sampled
       total_loss = obj.gen_weight * generated.losses.loss
       return step_outputs(obj, inputs, masked, generated, None, None, total_loss,
                           return_intermediates)
     corrupted = objective_lib.corrupt(masked, generated.mlm_logits, obj,
                                       draws.get("gumbel_uniform"), sample_seed)
-    judged = self.discriminate(corrupted.inputs, corrupted.labels, training,
-                               generated.cloze_log_probs)
+    judged = self.discriminate(corrupted.inputs, corrupted.labels, training=training,
+                               cloze_log_probs=generated.cloze_log_probs)
     total_loss = obj.gen_weight * generated.losses.loss + obj.disc_weight * judged.losses.loss
     return step_outputs(obj, inputs, masked, generated, corrupted, judged, total_loss,
                         return_intermediates)
