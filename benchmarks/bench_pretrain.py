@@ -46,12 +46,11 @@ from official.modeling import tf_utils  # noqa: E402
 from official.modeling.optimization import legacy_adamw, lr_schedule  # noqa: E402
 from official.nlp.modeling import models, networks  # noqa: E402
 
-import run_pretraining  # noqa: E402
 from electra_tf import tokenization, training  # noqa: E402
 from electra_tf.config import PretrainingConfig  # noqa: E402
 from electra_tf.optimization import create_optimizer  # noqa: E402
-from electra_tf.pretraining import masking  # noqa: E402
-from electra_tf.pretraining.objectives import PretrainingModel  # noqa: E402
+from electra_tf.pretraining import masking, task  # noqa: E402
+from electra_tf.pretraining.builder import build_pretraining_model  # noqa: E402
 
 _SHARED = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "..",
                        "shared")
@@ -128,7 +127,7 @@ def build_ours(name: str, batch: dict[str, np.ndarray], jit_compile: bool,
   try:
     with strategy.scope():
       vocab = masking.read_special_ids(FLAGS.vocab_file)
-      model = PretrainingModel(config, vocab=vocab)
+      model = build_pretraining_model(config, vocab=vocab)
       optimizer = training.wrap_optimizer(create_optimizer(
           LR, TOTAL, weight_decay_rate=0.01, warmup_steps=WARMUP), mixed_precision)
   finally:
@@ -137,7 +136,7 @@ def build_ours(name: str, batch: dict[str, np.ndarray], jit_compile: bool,
       strategy, model, optimizer,
       training.TrainSettings(config.model_dir, TOTAL, FLAGS.batch_size, seed=1,
                              jit_compile=jit_compile),
-      step_fn=run_pretraining.train_step_fn(model, []), log_fn=lambda line: None)
+      step_fn=task.train_step_fn(model, []), log_fn=lambda line: None)
   loop = trainer._make_loop(trainer._replica_train_step, train=True)  # the loop train() runs
   dataset = tf.data.Dataset.from_tensors(batch).repeat()
   iterator = iter(strategy.experimental_distribute_dataset(dataset))

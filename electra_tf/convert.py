@@ -45,11 +45,11 @@ def convert(checkpoint: str, hparams: str | dict, output_dir: str,
   from electra_tf import checkpoints, names
   from electra_tf.config import PretrainingConfig, load_hparams
   from electra_tf.export import export_encoder_saved_model, export_saved_model
-  from electra_tf.pretraining.objectives import PretrainingModel
+  from electra_tf.pretraining.builder import build_pretraining_model
 
   config = PretrainingConfig("convert", output_dir, **load_hparams(hparams))
   # Special-token ids only matter for masking during training, never for the exports.
-  model = PretrainingModel(config, vocab={})
+  model = build_pretraining_model(config, vocab={})
   variables = model.tf1_variables()
   prefix = checkpoints.resolve_checkpoint(checkpoint)
   global_step = 0
@@ -81,7 +81,8 @@ def convert(checkpoint: str, hparams: str | dict, output_dir: str,
   elif hf:
     from electra_tf.hf_export import export_hf
     hf_dir = os.path.join(output_dir, "hf")
-    export_hf(variables, model.bert_config, model.generator_config, config.embedding_size, hf_dir,
+    export_hf(variables, model.discriminator.config, model.generator_config,
+              config.embedding_size, hf_dir,
               untied_generator_embeddings=config.untied_generator_embeddings)
   return {"tf2": tf2_prefix, "hf": hf_dir, "saved_model": os.path.join(output_dir, "saved_model"),
           "signatures": signatures, "tf1": tf1_prefix, "report": report,

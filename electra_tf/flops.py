@@ -12,10 +12,13 @@ paper's compute column. The official conventions are kept on purpose:
 
 The official block count also keeps its quirk that the attention-output LayerNorm costs
 ``5`` FLOPs per token instead of ``5 * hidden`` (negligible, but kept so totals are equal).
-All functions take plain numbers and return Python floats.
+All functions take plain numbers and return Python floats, except ``train_flops_per_example``,
+which reads the tower sizes of a built pre-training model (what the training logs use).
 """
 
 from __future__ import annotations
+
+from typing import Any, NamedTuple
 
 DROPOUT_FLOPS = 4  # random number, >=, multiply by mask, multiply by 1 / (1 - rate)
 LAYER_NORM_FLOPS = 5  # mean (sum), variance (square and sum), bias (add), scale (multiply)
@@ -137,6 +140,79 @@ def inference_flops_per_example(
           + binary_classification_flops(hidden_size, seq_length))
 
 
+class TowerShape(NamedTuple):
+  """Sizes of one transformer tower; None means the official default (see module docstring)."""
+
+  hidden_size: int
+  num_layers: int
+  embedding_size: int | None = None  # width of the word-embedding table it reads
+  intermediate_size: int | None = None
+  num_heads: int | None = None
+
+  @classmethod
+  def of(cls, tower: Any) -> TowerShape:
+    """The shape of a built ``Transformer`` (its ``config`` and ``embedding_size``)."""
+    c = tower.config
+    return cls(c.hidden_size, c.num_hidden_layers, tower.embedding_size, c.intermediate_size,
+               c.num_attention_heads)
+
+
+def pretraining_flops_per_example(
+    seq_length: int, vocab_size: int, discriminator: TowerShape | None,
+    generator: TowerShape | None, two_tower_generator: bool = False,
+    output_frac: float = OFFICIAL_OUTPUT_FRAC, sparse_embed_lookup: bool = False) -> float:
+  """Train FLOPs of one pre-training sequence: discriminator + generator.
+
+  ``discriminator``: the tower under the binary head (None: masked LM only). ``generator``:
+  the tower under the MLM head, its softmax over ``output_frac`` of the positions (None: the
+  uniform generator); with ``two_tower_generator`` it is one of Electric's two towers, whose
+  cloze head reads both (width ``2 * hidden``) at every position.
+  """
+  total = 0.0
+  if discriminator is not None:
+    d = discriminator
+    total += transformer_train_flops_per_example(
+        d.hidden_size, d.num_layers, seq_length, vocab_size, d.embedding_size,
+        d.intermediate_size, d.num_heads, output_frac=output_frac,
+        sparse_embed_lookup=sparse_embed_lookup, discriminator=True)
+  if generator is None:
+    return total
+  g = generator
+  if two_tower_generator:
+    tower = (g.num_layers * block_flops(g.hidden_size, seq_length, g.intermediate_size,
+                                        g.num_heads)
+             + input_embedding_flops(g.hidden_size, seq_length, vocab_size, g.embedding_size,
+                                     sparse_embed_lookup))
+    head = mlm_output_flops(2 * g.hidden_size, seq_length, vocab_size, g.embedding_size,
+                            output_frac=1.0)
+    return total + 2.0 * (2 * tower + head)
+  return total + transformer_train_flops_per_example(
+      g.hidden_size, g.num_layers, seq_length, vocab_size, g.embedding_size,
+      g.intermediate_size, g.num_heads, output_frac=output_frac,
+      sparse_embed_lookup=sparse_embed_lookup)
+
+
+def train_flops_per_example(model: Any, seq_length: int) -> float:
+  """Train FLOPs of one sequence through a built ``PretrainingModel`` (the MFU numerator).
+
+  Counted as ``pretraining_flops_per_example`` with the model's towers, the MLM softmax over
+  ``max_predictions_per_seq / seq_length`` of the positions (the gathered slots), and
+  embedding lookups as gathers (sparse), which is what the model runs: the official one-hot
+  count would credit the step with vocabulary-sized matmuls it does not do.
+  """
+  from electra_tf.pretraining.objective import DISCRIMINATOR_TOWER, OWN_TOWER, TWO_TOWERS
+
+  objective = model.objective
+  generator = {OWN_TOWER: model.generator, TWO_TOWERS: model.generator_ltr,
+               DISCRIMINATOR_TOWER: model.discriminator}.get(objective.generator)
+  return pretraining_flops_per_example(
+      seq_length, objective.vocab_size,
+      TowerShape.of(model.discriminator) if objective.has_discriminator else None,
+      None if generator is None else TowerShape.of(generator),
+      two_tower_generator=objective.generator == TWO_TOWERS,
+      output_frac=objective.max_predictions_per_seq / seq_length, sparse_embed_lookup=True)
+
+
 def pretraining_train_flops_per_example(
     hidden_size: int, num_layers: int, generator_hidden_size: int,
     generator_num_layers: int | None = None, seq_length: int = 512, vocab_size: int = 30522,
@@ -154,14 +230,12 @@ def pretraining_train_flops_per_example(
   ``max(hidden // 64, 1)`` heads; heads only change the softmax/dropout terms).
   """
   e = hidden_size if embedding_size is None else embedding_size
-  disc = transformer_train_flops_per_example(
-      hidden_size, num_layers, seq_length, vocab_size, e, intermediate_size, num_heads,
-      output_frac=output_frac, discriminator=True)
-  gen = transformer_train_flops_per_example(
+  discriminator = TowerShape(hidden_size, num_layers, e, intermediate_size, num_heads)
+  generator = TowerShape(
       generator_hidden_size, num_layers if generator_num_layers is None else generator_num_layers,
-      seq_length, vocab_size, e if tied_embeddings else None, generator_intermediate_size,
-      generator_num_heads, output_frac=output_frac, discriminator=False)
-  return disc + gen
+      e if tied_embeddings else None, generator_intermediate_size, generator_num_heads)
+  return pretraining_flops_per_example(seq_length, vocab_size, discriminator, generator,
+                                       output_frac=output_frac)
 
 
 def flops_per_train_step(batch_size: int, **pretraining_kwargs) -> float:

@@ -13,7 +13,7 @@ from electra_tf.config import FinetuningConfig, PretrainingConfig, load_hparams
 from electra_tf.finetuning import export, registry
 from electra_tf.finetuning import model as model_lib
 from electra_tf.pretraining import masking
-from electra_tf.pretraining.objectives import PretrainingModel
+from electra_tf.pretraining.builder import build_pretraining_model
 
 ATOL = 1e-5
 TASK_NAMES = ["rte", "sts", "squad", "chunk"]  # the reference run's order (task ids)
@@ -175,7 +175,7 @@ def test_init_from_official_pretraining_checkpoint(small_config, vocab_file, hea
 def _pretraining_model(reference_dir, vocab_file):
   hparams = load_hparams(str(reference_dir / "electra_small_2l" / "hparams.json"))
   config = PretrainingConfig("p", str(reference_dir), **hparams)
-  return PretrainingModel(config, vocab=masking.read_special_ids(vocab_file))
+  return build_pretraining_model(config, vocab=masking.read_special_ids(vocab_file))
 
 
 def test_init_from_our_tf2_pretraining_checkpoint(small_config, vocab_file, heads_dir,

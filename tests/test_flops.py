@@ -110,3 +110,45 @@ def test_bad_values_raise():
     flops.block_flops(256, 128, head_size=64)
   with pytest.raises(ValueError, match="batch_size"):
     flops.flops_per_train_step(0, hidden_size=256, num_layers=2, generator_hidden_size=64)
+
+
+def _model(tmp_path, **hparams):
+  from electra_tf.config import PretrainingConfig
+  from electra_tf.pretraining.builder import build_pretraining_model
+
+  config = PretrainingConfig("m", str(tmp_path), model_size="small", max_seq_length=128,
+                             model_hparam_overrides={"num_hidden_layers": 2}, **hparams)
+  return config, build_pretraining_model(config, vocab={})
+
+
+def test_model_count_is_the_official_count_with_gathered_lookups(tmp_path):
+  # mask_prob 0.155 gives 20 predictions per 128 tokens: the official output_frac
+  config, model = _model(tmp_path, mask_prob=0.155)
+  assert config.max_predictions_per_seq == 20
+  ours = flops.train_flops_per_example(model, 128)
+  official = flops.pretraining_train_flops_per_example(
+      hidden_size=256, num_layers=2, generator_hidden_size=64, seq_length=128,
+      embedding_size=128)
+  one_hot_lookup = 2.0 * 128 * (2 * 128 * 30522)  # train x2, per token 2 e V, per tower
+  assert official - ours == pytest.approx(2 * one_hot_lookup, rel=1e-9)
+
+
+def test_model_count_follows_the_towers_each_variant_runs(tmp_path):
+  def count(**hparams):
+    return flops.train_flops_per_example(_model(tmp_path, **hparams)[1], 128)
+
+  disc = flops.TowerShape(256, 2, 128, 1024, 4)
+  frac = 19 / 128
+  only_disc = flops.pretraining_flops_per_example(128, 30522, disc, None,
+                                                  sparse_embed_lookup=True)
+  disc_as_mlm = flops.pretraining_flops_per_example(128, 30522, None, disc, output_frac=frac,
+                                                    sparse_embed_lookup=True)
+  assert count(uniform_generator=True) == only_disc
+  assert count(electra_objective=False) == disc_as_mlm
+  assert count(untied_generator=False) == only_disc + disc_as_mlm
+  electric = count(electra_objective=False, electric_objective=True)
+  two_towers = electric - only_disc
+  tower = 2 * flops.block_flops(64, 128, 256, 1) + flops.input_embedding_flops(
+      64, 128, 30522, 128, sparse_embed_lookup=True)
+  cloze_head = flops.mlm_output_flops(128, 128, 30522, 128, output_frac=1.0)
+  assert two_towers == pytest.approx(2 * (2 * tower + cloze_head), rel=1e-12)

@@ -1,5 +1,5 @@
-"""PretrainingModel: golden parity (ELECTRA, Electric), numpy loss checks per variant,
-variable names, train step under tf.function / XLA, official metrics."""
+"""The pre-training model built from a config: golden parity (ELECTRA, Electric), numpy loss
+checks per variant, variable names, train step under tf.function / XLA, official metrics."""
 
 import json
 import math
@@ -12,12 +12,8 @@ from test_masking import _np_scatter_update
 
 from electra_tf.config import PretrainingConfig
 from electra_tf.pretraining import masking
-from electra_tf.pretraining.objectives import (
-    PretrainingModel,
-    metric_statistics,
-    metrics,
-    metrics_from_statistics,
-)
+from electra_tf.pretraining.builder import build_pretraining_model
+from electra_tf.pretraining.metrics import metric_statistics, metrics, metrics_from_statistics
 
 ATOL = 1e-5
 GOLDEN_DIRS = ["electra_small_2l", "electric_2l"]
@@ -40,7 +36,7 @@ def golden_run(request, reference_dir, vocab_file):
   folder = reference_dir / request.param
   hparams = json.loads((folder / "hparams.json").read_text())
   config = PretrainingConfig("golden", str(reference_dir), **hparams)
-  model = PretrainingModel(config, vocab=masking.read_special_ids(vocab_file))
+  model = build_pretraining_model(config, vocab=masking.read_special_ids(vocab_file))
   assign_by_name(model.tf1_variables(), str(folder / "model.ckpt"))
   g = dict(np.load(folder / "golden.npz"))
   uniform = _gumbel_uniform(g["inject_categorical_positions"].shape + (config.vocab_size,))
@@ -60,9 +56,9 @@ def _our_golden_values(model, g, out):
   ours.update(_summaries("gen_mlm_logits", logits))
   ours["gen_mlm_logits_at_masked_lm_ids"] = np.take_along_axis(
       logits, g["masked_lm_ids"][..., None], -1)[..., 0]
-  ours["log_mask_ratio"] = model.log_mask_ratio().numpy()
+  ours["log_mask_ratio"] = model.objective.log_mask_ratio().numpy()
   clean = masking.Inputs(*(tf.constant(g[k]) for k in ("input_ids", "input_mask", "segment_ids")))
-  clean_out = {}
+  log_probs = None
   if "cloze_logits" in out:
     cloze = out["cloze_logits"]
     ours.update(_summaries("cloze_logits", cloze))
@@ -70,13 +66,12 @@ def _our_golden_values(model, g, out):
     for name, ids in (("input_ids", g["input_ids"]), ("fake_input_ids", out["fake_input_ids"])):
       ours["cloze_logits_at_" + name] = np.take_along_axis(cloze, ids[..., None], -1)[..., 0]
     log_probs = tf.nn.log_softmax(cloze)
-    logits_c, extras = model.discriminate(clean, False, log_probs, clean_out, "clean_disc_", True)
-    ours["clean_disc_logits_raw"] = extras["logits_raw"].numpy()
-    ours["clean_disc_log_q"] = extras["log_q"].numpy()
-  else:
-    logits_c, _ = model.discriminate(clean, False, None, clean_out, "clean_disc_", True)
-  ours["clean_disc_logits"] = logits_c.numpy()
-  ours["clean_disc_sequence_output"] = clean_out["clean_disc_sequence_output"].numpy()
+  judged = model.discriminate(clean, cloze_log_probs=log_probs)
+  if log_probs is not None:
+    ours["clean_disc_logits_raw"] = judged.raw_logits.numpy()
+    ours["clean_disc_log_q"] = judged.log_q.numpy()
+  ours["clean_disc_logits"] = judged.logits.numpy()
+  ours["clean_disc_sequence_output"] = judged.tower["sequence_output"].numpy()
   logits_s, uniform, disallow = g["sampler_logits"], g["sampler_uniform"], g["sampler_disallow"]
   eye = np.eye(logits_s.shape[-1], dtype=np.float32)
   ours["sampler_out"] = eye[masking.sample_from_softmax(logits_s, uniform_noise=uniform).numpy()]
@@ -122,7 +117,8 @@ def test_golden_total_loss_formula(golden_run):
   _, model, g, _, out = golden_run
   gen = g["cloze_loss"] if "cloze_loss" in g else g["gen_mlm_loss"]
   assert out["mlm_loss"] == pytest.approx(float(gen), abs=ATOL)
-  want = model.gen_weight * np.float64(gen) + model.disc_weight * np.float64(g["disc_loss"])
+  objective = model.objective
+  want = objective.gen_weight * np.float64(gen) + objective.disc_weight * np.float64(g["disc_loss"])
   assert out["total_loss"] == pytest.approx(want, abs=ATOL)
 
 
@@ -164,6 +160,10 @@ def _tiny_config(tmp_path, layers=L, **hparams):
                               "num_attention_heads": 2, "max_position_embeddings": P}, **hparams)
 
 
+def _tiny_model(tmp_path, **hparams):
+  return build_pretraining_model(_tiny_config(tmp_path, **hparams), vocab=TINY_VOCAB)
+
+
 def _randomize(model, seed=0):
   """Random values everywhere (biases and LayerNorm too) so mis-wiring cannot hide."""
   rng = np.random.RandomState(seed)
@@ -190,7 +190,7 @@ def _tiny_batch():
 
 
 def _tiny_draws(model, ids, mask, rng):
-  n = model.max_predictions_per_seq
+  n = model.objective.max_predictions_per_seq
   cand = (mask == 1) & ~np.isin(ids, [2, 3, 4])
   pos = np.stack([rng.choice(np.nonzero(c)[0], n) for c in cand]).astype(np.int32)
   pos[0, 1] = pos[0, 0]  # a duplicate position, as in the golden batch
@@ -295,7 +295,7 @@ def _expected_names(variant):
 
 @pytest.mark.parametrize("variant", sorted(VARIANTS))
 def test_variant_variable_names(variant, tmp_path):
-  model = PretrainingModel(_tiny_config(tmp_path, **VARIANTS[variant]), vocab=TINY_VOCAB)
+  model = _tiny_model(tmp_path, **VARIANTS[variant])
   got = {n: v.shape.as_list() for n, v in model.tf1_variables().items()}
   assert got == _expected_names(variant)
   assert len(got) == len(model.variables)
@@ -304,7 +304,7 @@ def test_variant_variable_names(variant, tmp_path):
 @pytest.mark.parametrize("variant", sorted(VARIANTS))
 def test_variant_losses_match_numpy(variant, tmp_path):
   cfg = VARIANTS[variant]
-  model = PretrainingModel(_tiny_config(tmp_path, **cfg), vocab=TINY_VOCAB)
+  model = _tiny_model(tmp_path, **cfg)
   _randomize(model)
   ids, mask, segs = _tiny_batch()
   draws = _tiny_draws(model, ids, mask, np.random.RandomState(1))
@@ -403,7 +403,7 @@ def test_sample_equal_to_original_is_real_and_disallow_prevents_it(tmp_path):
   features = {"input_ids": ids, "input_mask": mask, "segment_ids": segs}
   results = {}
   for disallow in (False, True):
-    model = PretrainingModel(_tiny_config(tmp_path, disallow_correct=disallow), vocab=TINY_VOCAB)
+    model = _tiny_model(tmp_path, disallow_correct=disallow)
     draws = _tiny_draws(model, ids, mask, np.random.RandomState(3))
     targets = ids[np.arange(3)[:, None], draws["categorical_positions"]]
     u = np.full_like(draws["gumbel_uniform"], 0.5)
@@ -424,7 +424,7 @@ def test_sample_equal_to_original_is_real_and_disallow_prevents_it(tmp_path):
 
 def test_electric_labels_every_replaced_position(tmp_path):
   """Electric: a sample equal to the original still counts as replaced (label 1)."""
-  model = PretrainingModel(_tiny_config(tmp_path, **VARIANTS["electric"]), vocab=TINY_VOCAB)
+  model = _tiny_model(tmp_path, **VARIANTS["electric"])
   ids, mask, segs = _tiny_batch()
   draws = _tiny_draws(model, ids, mask, np.random.RandomState(3))
   targets = ids[np.arange(3)[:, None], draws["categorical_positions"]]
@@ -448,7 +448,7 @@ def test_electric_labels_every_replaced_position(tmp_path):
 ])
 def test_bad_variants_raise(bad, message, tmp_path):
   with pytest.raises(ValueError, match=message):
-    PretrainingModel(_tiny_config(tmp_path, **bad), vocab=TINY_VOCAB)
+    _tiny_model(tmp_path, **bad)
 
 
 # ----------------------------------------------------------------------------- training step
@@ -478,8 +478,7 @@ def _check_static_and_seeded(step, features):
 
 @pytest.mark.parametrize("variant", ["electra", "electric"])
 def test_train_step_in_tf_function(variant, tmp_path):
-  model = PretrainingModel(_tiny_config(tmp_path, layers=1, seed=11, **VARIANTS[variant]),
-                           vocab=TINY_VOCAB)
+  model = _tiny_model(tmp_path, layers=1, seed=11, **VARIANTS[variant])
   trainable = model.trainable_variables
 
   @tf.function
@@ -510,8 +509,7 @@ def test_train_step_in_tf_function(variant, tmp_path):
 @pytest.mark.slow
 @pytest.mark.parametrize("variant", ["electra", "electric"])
 def test_train_step_compiles_with_xla(variant, tmp_path):
-  model = PretrainingModel(_tiny_config(tmp_path, layers=1, seed=11, **VARIANTS[variant]),
-                           vocab=TINY_VOCAB)
+  model = _tiny_model(tmp_path, layers=1, seed=11, **VARIANTS[variant])
 
   @tf.function(jit_compile=True)
   def step(features, seed):
@@ -526,14 +524,14 @@ def test_train_step_compiles_with_xla(variant, tmp_path):
 def test_model_seed_reproducible_without_step_seed(tmp_path):
   ids, mask, segs = _tiny_batch()
   features = {"input_ids": ids, "input_mask": mask, "segment_ids": segs}
-  a = PretrainingModel(_tiny_config(tmp_path, seed=5), vocab=TINY_VOCAB)(features)
-  b = PretrainingModel(_tiny_config(tmp_path, seed=5), vocab=TINY_VOCAB)(features)
-  c = PretrainingModel(_tiny_config(tmp_path, seed=6), vocab=TINY_VOCAB)(features)
+  a = _tiny_model(tmp_path, seed=5)(features)
+  b = _tiny_model(tmp_path, seed=5)(features)
+  c = _tiny_model(tmp_path, seed=6)(features)
   np.testing.assert_array_equal(a["masked_lm_positions"].numpy(),
                                 b["masked_lm_positions"].numpy())
   np.testing.assert_array_equal(a["sampled_tokids"].numpy(), b["sampled_tokids"].numpy())
   assert not np.array_equal(a["masked_lm_positions"].numpy(), c["masked_lm_positions"].numpy())
-  unseeded = PretrainingModel(_tiny_config(tmp_path), vocab=TINY_VOCAB)(features)
+  unseeded = _tiny_model(tmp_path)(features)
   assert np.isfinite(unseeded["total_loss"].numpy())
 
 
@@ -585,7 +583,7 @@ def _official_metrics(batches, disc_weight=50.0):
 def test_metrics_match_official_metric_fn(golden_run):
   _, model, _, _, out = golden_run
   want = _official_metrics([out])
-  got = {k: float(v) for k, v in model.eval_metrics(out).items()}
+  got = {k: float(v) for k, v in metrics(out, model.objective.disc_weight).items()}
   assert set(got) == set(want)
   for key in want:
     assert got[key] == pytest.approx(float(want[key]), abs=1e-6), key

@@ -21,7 +21,8 @@ from electra_tf import training
 from electra_tf.config import PretrainingConfig
 from electra_tf.optimization import learning_rate_at
 from electra_tf.pretraining import metrics as metrics_lib
-from electra_tf.pretraining.objectives import metric_statistics, metrics, metrics_from_statistics
+from electra_tf.pretraining import task
+from electra_tf.pretraining.metrics import metric_statistics, metrics, metrics_from_statistics
 
 REPO = pathlib.Path(__file__).resolve().parents[1]
 ENV = {**os.environ, "TF_CPP_MIN_LOG_LEVEL": "3", "CUDA_VISIBLE_DEVICES": "-1",
@@ -117,9 +118,9 @@ def test_eval_mode_writes_the_official_streaming_metrics(pretrain_dir):
   assert {k: float(v) for k, v in written.items()} == pytest.approx(results)
 
   # The same two eval batches by hand: sum the statistics, then the official formulas.
-  run = rp.build_run(config, log_fn=_quiet)
+  run = task.build_run(config, log_fn=_quiet)
   assert run.trainer.restore_or_initialize() == 2
-  batches = iter(rp.dataset_fn(config, False, config.seed)(tf.distribute.InputContext()))
+  batches = iter(task.dataset_fn(config, False, config.seed)(tf.distribute.InputContext()))
   sums, losses = {}, []
   for i in range(2):
     out = run.model(next(batches), training=False, seed=tf.constant([3, i], tf.int64))
@@ -173,7 +174,7 @@ def test_init_checkpoint_loads_official_tf1_weights_at_step_0(pretrain_dir, refe
   config = PretrainingConfig("from_official", str(pretrain_dir), **hparams, init_checkpoint=ckpt,
                              seed=1, train_batch_size=8)
   lines = []
-  run = rp.build_run(config, log_fn=lines.append)
+  run = task.build_run(config, log_fn=lines.append)
   assert run.trainer.restore_or_initialize() == 0
   assert int(run.optimizer.iterations.numpy()) == 0
   reader = tf.train.load_checkpoint(ckpt)
@@ -188,12 +189,12 @@ def test_init_checkpoint_loads_official_tf1_weights_at_step_0(pretrain_dir, refe
 def test_bad_setup_is_a_one_line_error(pretrain_dir, tmp_path):
   with pytest.raises(ValueError, match=r"has 30522 tokens but the vocab_size hparam is 1000; "
                                        r"set \"vocab_size\": 30522"):
-    rp.check_inputs(PretrainingConfig("x", str(pretrain_dir), vocab_size=1000))
+    task.check_inputs(PretrainingConfig("x", str(pretrain_dir), vocab_size=1000))
   with pytest.raises(ValueError, match="nothing to do"):
-    rp.check_inputs(PretrainingConfig("x", str(pretrain_dir), do_train=False))
+    task.check_inputs(PretrainingConfig("x", str(pretrain_dir), do_train=False))
   shutil.copy(pretrain_dir / "vocab.txt", tmp_path / "vocab.txt")
   with pytest.raises(ValueError, match="no files match .*pretrain_data.tfrecord"):
-    rp.check_inputs(PretrainingConfig("x", str(tmp_path)))
+    task.check_inputs(PretrainingConfig("x", str(tmp_path)))
   with pytest.raises(ValueError, match="nothing to evaluate: no checkpoint"):
     rp.train_or_eval(PretrainingConfig("x", str(pretrain_dir), do_train=False, do_eval=True))
 

@@ -324,6 +324,19 @@ def test_init_fn_runs_only_without_a_checkpoint(tmp_path):
     np.testing.assert_array_equal(v.numpy(), want)
 
 
+def test_init_fn_step_becomes_the_global_step(tmp_path):
+  """An init_fn that loads a checkpoint returns its step: training continues from there."""
+  strategy = _one_device()
+  model, optimizer = toy_train.build(strategy, 10)
+  settings = training.TrainSettings(str(tmp_path), 10, 8, save_checkpoints_steps=10)
+  trainer = training.Trainer(strategy, model, optimizer, settings, init_fn=lambda: 7,
+                             log_fn=_quiet)
+  assert trainer.restore_or_initialize() == 7
+  assert int(trainer.global_step.numpy()) == 7
+  trainer.train(toy_train.dataset_fn(8, start_step=7))
+  assert training.latest_checkpoint(str(tmp_path)) == str(tmp_path / "ckpt-10")
+
+
 def test_training_stops_and_saves_when_the_data_runs_out(tmp_path):
   strategy = _one_device()
   model, optimizer = toy_train.build(strategy, 30)

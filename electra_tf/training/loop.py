@@ -5,7 +5,7 @@
       model = ...  # built (called once), so its variables exist
       optimizer = wrap_optimizer(create_optimizer(...), mixed_precision)
     trainer = Trainer(strategy, model, optimizer, TrainSettings(model_dir=..., ...),
-                      init_fn=lambda: load_tf1_weights(model, init_checkpoint))
+                      init_fn=lambda: load_tf1_weights(model, init_checkpoint))  # -> step or None
     trainer.train(dataset_fn)            # resumes from model_dir if it holds a checkpoint
     trainer.evaluate(eval_dataset_fn, num_eval_steps, results_file=...)
 
@@ -31,6 +31,7 @@ from collections.abc import Callable, Mapping, Sequence
 import tensorflow as tf
 import tf_keras
 
+from electra_tf.console import log
 from electra_tf.training import checkpointing, monitoring, runtime
 
 Features = Mapping[str, tf.Tensor]
@@ -40,10 +41,6 @@ DatasetFn = Callable[[tf.distribute.InputContext], tf.data.Dataset]
 
 class NonFiniteLossError(RuntimeError):
   """The loss became NaN or Inf; nothing was saved after the last good checkpoint."""
-
-
-def _log(message: str) -> None:
-  print(message, flush=True)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -109,8 +106,8 @@ class Trainer:
 
   def __init__(self, strategy: tf.distribute.Strategy, model: tf_keras.Model,
                optimizer: tf_keras.optimizers.Optimizer, settings: TrainSettings,
-               step_fn: StepFn | None = None, init_fn: Callable[[], None] | None = None,
-               log_fn: Callable[[str], None] = _log):
+               step_fn: StepFn | None = None, init_fn: Callable[[], int | None] | None = None,
+               log_fn: Callable[[str], None] = log):
     variables = model.trainable_variables
     if not variables:
       raise ValueError("the model has no trainable variables yet: build it (call it once on "
@@ -224,7 +221,11 @@ class Trainer:
   # ----- public API ---------------------------------------------------------------------------
 
   def restore_or_initialize(self) -> int:
-    """Restores the latest checkpoint in model_dir, else runs init_fn; returns the global step."""
+    """Restores the latest checkpoint in model_dir, else runs init_fn; returns the global step.
+
+    init_fn may return a step (e.g. that of the checkpoint it loaded): it becomes the global
+    step, so training continues the schedule from there.
+    """
     path = self._keeper.latest()
     if path is not None:
       status = self.checkpoint.restore(path)
@@ -235,7 +236,9 @@ class Trainer:
                          f"{checkpointing._first_line(e)}") from None
       self.log_fn(f"Restored {path} at step {int(self.global_step.numpy())}")
     elif self.init_fn is not None:
-      self.init_fn()
+      step = self.init_fn()
+      if step is not None:
+        self.global_step.assign(step)
       self.log_fn("No checkpoint in model_dir: weights initialised by init_fn")
     self._restored = True
     return int(self.global_step.numpy())

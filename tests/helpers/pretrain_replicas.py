@@ -1,7 +1,7 @@
-"""Trains the real pre-training setup of run_pretraining.py for a few steps under one_device and
-under MirroredStrategy over 2 logical CPUs, with the same global batches and the same injected
-masking / sampling draws, and saves the final weights of each (a script: logical devices must
-be configured before TensorFlow initialises).
+"""Trains the real pre-training setup of run_pretraining.py (``task.build_run``) for a few
+steps under one_device and under MirroredStrategy over 2 logical CPUs, with the same global
+batches and the same injected masking / sampling draws, and saves the final weights of each
+(a script: logical devices must be configured before TensorFlow initialises).
 
     python tests/helpers/pretrain_replicas.py --data_dir D --out_npz out.npz
 
@@ -22,10 +22,9 @@ sys.path.insert(0, os.path.abspath(os.path.join(os.path.dirname(__file__), "..",
 import numpy as np  # noqa: E402
 import tensorflow as tf  # noqa: E402
 
-import run_pretraining  # noqa: E402
 from electra_tf import training  # noqa: E402
 from electra_tf.config import PretrainingConfig  # noqa: E402
-from electra_tf.pretraining import data, masking  # noqa: E402
+from electra_tf.pretraining import data, masking, task  # noqa: E402
 
 HPARAMS = {
     "model_hparam_overrides": {"hidden_size": 32, "num_hidden_layers": 2,
@@ -58,7 +57,7 @@ def injected_rows(config, num_steps: int) -> dict[str, np.ndarray]:
 
 def train(strategy, config, rows) -> tuple[dict[str, np.ndarray], dict[str, np.ndarray]]:
   """(initial, trained) weights by TF1 name."""
-  run = run_pretraining.build_run(config, strategy, log_fn=lambda line: None)
+  run = task.build_run(config, strategy, log_fn=lambda line: None)
   init = {k: v.numpy() for k, v in run.model.tf1_variables().items()}
 
   def dataset_fn(ctx):
