@@ -13,7 +13,7 @@ from safetensors.numpy import load_file, save_file
 from electra_tf import hf_export, hf_import, hf_tokenizer
 from electra_tf.config import PretrainingConfig, get_bert_config, get_generator_config
 from electra_tf.pretraining import masking
-from electra_tf.pretraining.objectives import PretrainingModel
+from electra_tf.pretraining.builder import build_pretraining_model
 
 ATOL = 1e-4
 
@@ -22,7 +22,7 @@ def _model(hparams, variables=None):
   """Our PretrainingModel built from imported hparams, loaded with ``variables`` (all of them,
   nothing left over)."""
   config = PretrainingConfig("hf", "/nonexistent", **hparams)
-  model = PretrainingModel(config, vocab={})
+  model = build_pretraining_model(config, vocab={})
   if variables is not None:
     ours = model.tf1_variables()
     assert set(ours) == set(variables)

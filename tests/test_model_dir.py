@@ -18,7 +18,7 @@ from electra_tf.config import (
   load_hparams,
 )
 from electra_tf.modeling.bert_config import BertConfig
-from electra_tf.pretraining.objectives import PretrainingModel
+from electra_tf.pretraining.builder import build_pretraining_model
 
 SMALL_2L = {"model_size": "small", "model_hparam_overrides": {"num_hidden_layers": 2}}
 
@@ -256,14 +256,14 @@ VARIANTS = {
 def test_infer_rebuilds_our_models(tmp_path, name):
   hparams = {**VARIANTS[name], "vocab_size": 64}
   config, bert, gen = _configs(hparams)
-  model = PretrainingModel(config, vocab={})
+  model = build_pretraining_model(config, vocab={})
   prefix = checkpoints.save_tf1_checkpoint(model.tf1_variables(), str(tmp_path))
   inferred, summary = model_dir.infer_hparams_from_checkpoint(prefix)
   assert summary.startswith("inferred from checkpoint: vocab_size 64")
   config2, bert2, gen2 = _configs(inferred)
   assert (bert2, gen2) == (bert, gen)
   shapes = {k: v.shape.as_list() for k, v in model.tf1_variables().items()}
-  rebuilt = PretrainingModel(config2, vocab={})
+  rebuilt = build_pretraining_model(config2, vocab={})
   assert {k: v.shape.as_list() for k, v in rebuilt.tf1_variables().items()} == shapes
   for field in ("electra_objective", "untied_generator_embeddings", "uniform_generator",
                 "two_tower_generator"):
