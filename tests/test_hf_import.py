@@ -109,7 +109,7 @@ def test_synthetic_export_imports_without_fixed_shapes(tmp_path, untied):
   config, model = _model(hparams)
   _randomize(model, 3)
   variables = {k: v.numpy() for k, v in model.tf1_variables().items()}
-  hf_export.export_hf(variables, model.bert_config, model.generator_config, None,
+  hf_export.export_hf(variables, model.discriminator.config, model.generator_config, None,
                       str(tmp_path), untied_generator_embeddings=untied)
   disc_cfg = json.load(open(tmp_path / "discriminator" / "config.json"))
   assert disc_cfg["embedding_size"] == disc_cfg["hidden_size"] == 128
@@ -123,7 +123,7 @@ def test_synthetic_export_imports_without_fixed_shapes(tmp_path, untied):
   assert h["untied_generator_embeddings"] is untied
   assert result.vocab_file is None
   config2, model2 = _model(h, result.variables)
-  assert (model2.bert_config, model2.generator_config) == (model.bert_config,
+  assert (model2.discriminator.config, model2.generator_config) == (model.discriminator.config,
                                                            model.generator_config)
   rng = np.random.RandomState(0)
   inputs = _inputs(rng.randint(0, 97, [2, 9]), np.ones([2, 9]), np.zeros([2, 9]))
