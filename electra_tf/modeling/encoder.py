@@ -28,6 +28,14 @@ from electra_tf.modeling.layers import (
 ATTENTION_TYPES = ("bidirectional", "ltr", "rtl")
 
 
+def _one_hot_lookup(table: tf.Variable, ids: tf.Tensor) -> tf.Tensor:
+  """table [V, E], ids [B, T] -> [B, T, E] as ``one_hot(ids) @ table`` (dense gradient)."""
+  table = tf.convert_to_tensor(table)
+  one_hot = tf.one_hot(tf.reshape(ids, [-1]), depth=tf.shape(table)[0], dtype=table.dtype)
+  rows = tf.matmul(one_hot, table)
+  return tf.reshape(rows, tf.concat([tf.shape(ids), tf.shape(table)[1:]], 0))
+
+
 class Embeddings(ScopedLayer):
   """Word + token-type + position embeddings, LayerNorm, dropout (``<scope>``/embeddings).
 
@@ -82,14 +90,6 @@ class Embeddings(ScopedLayer):
     x += tf.expand_dims(positions, 0)
     x = self.dropout(self.layer_norm(x), training=training)
     return token_embeddings, x
-
-
-def _one_hot_lookup(table: tf.Variable, ids: tf.Tensor) -> tf.Tensor:
-  """table [V, E], ids [B, T] -> [B, T, E] as ``one_hot(ids) @ table`` (dense gradient)."""
-  table = tf.convert_to_tensor(table)
-  one_hot = tf.one_hot(tf.reshape(ids, [-1]), depth=tf.shape(table)[0], dtype=table.dtype)
-  rows = tf.matmul(one_hot, table)
-  return tf.reshape(rows, tf.concat([tf.shape(ids), tf.shape(table)[1:]], 0))
 
 
 class TransformerBlock(ScopedLayer):
