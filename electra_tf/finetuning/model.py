@@ -41,10 +41,13 @@ class FinetuningModel(tf_keras.Model):
     bert_config: encoder sizes (``electra_tf.config.get_bert_config``).
     tasks: the run's tasks in ``task_id`` order (``task.make_head()`` gives each head).
     embedding_size: E; an ``electra/embeddings_project`` [E, H] is added when E != H.
+    use_one_hot_embeddings: word embeddings by one-hot matmul (the official TPU graph) instead
+      of a gather; changes the gradient type, hence the global norm clipping sees.
   """
 
   def __init__(self, bert_config: BertConfig, tasks: Sequence[Any],
-               embedding_size: int | None = None, **kwargs):
+               embedding_size: int | None = None, use_one_hot_embeddings: bool = False,
+               **kwargs):
     super().__init__(name=kwargs.pop("name", "finetuning_model"), **kwargs)
     names = [t.name for t in tasks]
     if not names:
@@ -57,7 +60,8 @@ class FinetuningModel(tf_keras.Model):
                          "(its position in the task list)")
     self.bert_config = bert_config
     self.task_names = names
-    self.encoder = Transformer(bert_config, embedding_size, scope=ENCODER_SCOPE)
+    self.encoder = Transformer(bert_config, embedding_size, scope=ENCODER_SCOPE,
+                               use_one_hot_embeddings=use_one_hot_embeddings)
     self.encoder.build(None)
     heads = {}
     for task in tasks:
@@ -113,14 +117,18 @@ class FinetuningModel(tf_keras.Model):
 
 def create_model(config: Any, tasks: Sequence[Any]) -> FinetuningModel:
   """``FinetuningModel`` with the encoder sizes of a ``FinetuningConfig`` (debug shrinking
-  included); checks ``max_seq_length <= max_position_embeddings`` as the official code."""
+  included); checks ``max_seq_length <= max_position_embeddings`` as the official code.
+  Word embeddings are a one-hot matmul when ``config.use_tpu`` or when called under a TPU
+  strategy's ``scope()`` (as official), a gather otherwise."""
   from electra_tf.config import get_bert_config
+  from electra_tf.training.runtime import uses_tpu
 
   bert_config = get_bert_config(config)
   if config.max_seq_length > bert_config.max_position_embeddings:
     raise ValueError(f"max_seq_length {config.max_seq_length} exceeds max_position_embeddings "
                      f"{bert_config.max_position_embeddings}")
-  return FinetuningModel(bert_config, tasks, embedding_size=config.embedding_size)
+  return FinetuningModel(bert_config, tasks, embedding_size=config.embedding_size,
+                         use_one_hot_embeddings=uses_tpu(getattr(config, "use_tpu", False)))
 
 
 # --------------------------------------------------------------------------------------------

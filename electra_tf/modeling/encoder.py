@@ -30,19 +30,35 @@ from electra_tf.modeling.layers import (
 ATTENTION_TYPES = ("bidirectional", "ltr", "rtl")
 
 
+def _one_hot_lookup(table: tf.Variable, ids: tf.Tensor) -> tf.Tensor:
+  """table [V, E], ids [B, T] -> [B, T, E] as ``one_hot(ids) @ table`` (dense gradient)."""
+  table = tf.convert_to_tensor(table)
+  one_hot = tf.one_hot(tf.reshape(ids, [-1]), depth=tf.shape(table)[0], dtype=table.dtype)
+  rows = tf.matmul(one_hot, table)
+  return tf.reshape(rows, tf.concat([tf.shape(ids), tf.shape(table)[1:]], 0))
+
+
 @serializable
 class Embeddings(ScopedLayer):
   """Word + token-type + position embeddings, LayerNorm, dropout (``<scope>``/embeddings).
 
   Variables: ``word_embeddings`` [V, E], ``token_type_embeddings`` [type_vocab, E],
   ``position_embeddings`` [max_positions, E], ``LayerNorm/{beta,gamma}`` [E].
+
+  Lookups as the official ``embedding_lookup`` / ``embedding_postprocessor``, which fixes the
+  gradient types that global-norm clipping counts: token types by a one-hot matmul and
+  positions by a slice (dense gradients); word embeddings by a gather (``IndexedSlices``
+  gradient, one row per position, counted unmerged by ``tf.clip_by_global_norm``), or by a
+  one-hot matmul when ``use_one_hot_embeddings`` (official on TPU; dense [V, E] gradient).
   """
 
   def __init__(self, vocab_size: int, embedding_size: int, type_vocab_size: int = 2,
                max_position_embeddings: int = 512, initializer_range: float = 0.02,
                dropout_rate: float = 0.1,
-               scope: str = names.embeddings_scope(names.DISCRIMINATOR), **kwargs):
+               scope: str = names.embeddings_scope(names.DISCRIMINATOR),
+               use_one_hot_embeddings: bool = False, **kwargs):
     super().__init__(scope, **kwargs)
+    self.use_one_hot_embeddings = use_one_hot_embeddings
     self.vocab_size = vocab_size
     self.embedding_size = embedding_size
     self.type_vocab_size = type_vocab_size
@@ -66,18 +82,23 @@ class Embeddings(ScopedLayer):
     return {**super().get_config(), "vocab_size": self.vocab_size,
             "embedding_size": self.embedding_size, "type_vocab_size": self.type_vocab_size,
             "max_position_embeddings": self.max_position_embeddings,
-            "initializer_range": self.initializer_range, "dropout_rate": self.dropout.rate}
+            "initializer_range": self.initializer_range, "dropout_rate": self.dropout.rate,
+            "use_one_hot_embeddings": self.use_one_hot_embeddings}
 
   def call(self, input_ids: tf.Tensor, segment_ids: tf.Tensor,
            training: bool = False) -> tuple[tf.Tensor, tf.Tensor]:
     """[B, T] ids -> (token_embeddings [B, T, E], postprocessed [B, T, E])."""
-    token_embeddings = tf.gather(self.word_embeddings, input_ids)
+    if self.use_one_hot_embeddings:
+      token_embeddings = _one_hot_lookup(self.word_embeddings, input_ids)
+    else:
+      token_embeddings = tf.gather(self.word_embeddings, input_ids)
     seq_length = tf.shape(input_ids)[1]
     tf.debugging.assert_less_equal(
         seq_length, self.max_position_embeddings,
         message="sequence longer than max_position_embeddings")
-    x = token_embeddings + tf.gather(self.token_type_embeddings, segment_ids)
-    x += tf.expand_dims(self.position_embeddings[:seq_length], 0)
+    x = token_embeddings + _one_hot_lookup(self.token_type_embeddings, segment_ids)
+    positions = tf.slice(tf.convert_to_tensor(self.position_embeddings), [0, 0], [seq_length, -1])
+    x += tf.expand_dims(positions, 0)
     x = self.dropout(self.layer_norm(x), training=training)
     return token_embeddings, x
 
@@ -183,11 +204,13 @@ class Transformer(tf_keras.layers.Layer):
       one at ``<scope>/embeddings``.
     attention_type: ``bidirectional``, or ``ltr`` / ``rtl`` for Electric's towers.
     scope: ``electra``, ``generator``, ``generator_ltr``, ``generator_rtl``.
+    use_one_hot_embeddings: look word embeddings up by a one-hot matmul (official on TPU)
+      instead of a gather; only for the tower's own ``Embeddings`` (a shared one keeps its own).
   """
 
   def __init__(self, config: BertConfig, embedding_size: int | None = None,
                embeddings: Embeddings | None = None, attention_type: str = "bidirectional",
-               scope: str = names.DISCRIMINATOR, **kwargs):
+               scope: str = names.DISCRIMINATOR, use_one_hot_embeddings: bool = False, **kwargs):
     super().__init__(name=scope, **kwargs)
     if attention_type not in ATTENTION_TYPES:
       raise ValueError(f"attention_type must be one of {ATTENTION_TYPES}, got {attention_type!r}")
@@ -198,7 +221,7 @@ class Transformer(tf_keras.layers.Layer):
       embeddings = Embeddings(
           config.vocab_size, embedding_size or config.hidden_size, config.type_vocab_size,
           config.max_position_embeddings, config.initializer_range, config.hidden_dropout_prob,
-          scope=names.embeddings_scope(scope))
+          scope=names.embeddings_scope(scope), use_one_hot_embeddings=use_one_hot_embeddings)
     self.embeddings = embeddings
     self.embedding_size = embeddings.embedding_size
     self.embeddings_project = None

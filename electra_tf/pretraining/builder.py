@@ -27,6 +27,7 @@ from electra_tf.pretraining.objective import (
   UNIFORM,
   Objective,
 )
+from electra_tf.training.runtime import uses_tpu
 
 
 def _check_flags(config: Any) -> None:
@@ -81,10 +82,12 @@ def build_pretraining_model(config: Any, vocab: Mapping[str, int] | None = None
   embedding_size = (bert_config.hidden_size if config.embedding_size is None
                     else int(config.embedding_size))
   act, init_range = bert_config.hidden_act, bert_config.initializer_range
+  one_hot = uses_tpu(getattr(config, "use_tpu", False))  # official use_one_hot_embeddings
   parts: dict[str, Any] = {}
 
   if objective.generator != UNIFORM or objective.has_discriminator:
-    discriminator = Transformer(bert_config, embedding_size, scope=names.DISCRIMINATOR)
+    discriminator = Transformer(bert_config, embedding_size, scope=names.DISCRIMINATOR,
+                                use_one_hot_embeddings=one_hot)
     discriminator.build(None)
     parts["discriminator"] = discriminator
   if objective.has_discriminator:
@@ -98,15 +101,18 @@ def build_pretraining_model(config: Any, vocab: Mapping[str, int] | None = None
     h = generator_config.hidden_size
     tied = None if config.untied_generator_embeddings else parts["discriminator"].embeddings
     if objective.generator == TWO_TOWERS:
-      ltr = Transformer(generator_config, h, tied, "ltr", scope=names.GENERATOR_LTR)
-      rtl = Transformer(generator_config, h, tied, "rtl", scope=names.GENERATOR_RTL)
+      ltr = Transformer(generator_config, h, tied, "ltr", scope=names.GENERATOR_LTR,
+                        use_one_hot_embeddings=one_hot)
+      rtl = Transformer(generator_config, h, tied, "rtl", scope=names.GENERATOR_RTL,
+                        use_one_hot_embeddings=one_hot)
       ltr.build(None)
       rtl.build(None)
       cloze_head = MaskedLMHead(ltr.embeddings, act, init_range, scope=names.CLOZE_HEAD)
       cloze_head.build([None, 2 * h])
       parts.update(generator_ltr=ltr, generator_rtl=rtl, cloze_head=cloze_head)
     else:
-      generator = Transformer(generator_config, h, tied, scope=names.GENERATOR)
+      generator = Transformer(generator_config, h, tied, scope=names.GENERATOR,
+                              use_one_hot_embeddings=one_hot)
       generator.build(None)
       parts["generator"] = generator
   if objective.generator in (OWN_TOWER, DISCRIMINATOR_TOWER):

@@ -53,6 +53,14 @@ def get_strategy(distribution_strategy: str = "one_device", num_gpus: int | None
       tpu_address=tpu)
 
 
+def uses_tpu(use_tpu: bool = False) -> bool:
+  """True when ``use_tpu`` is set or the current ``tf.distribute`` strategy is a TPU strategy:
+  the official graph then looks word embeddings up by one-hot matmul
+  (``use_one_hot_embeddings = use_tpu``)."""
+  tpu_strategies = (tf.distribute.TPUStrategy, tf.distribute.experimental.TPUStrategy)
+  return bool(use_tpu) or isinstance(tf.distribute.get_strategy(), tpu_strategies)
+
+
 def worker_role(strategy: tf.distribute.Strategy) -> tuple[bool, int]:
   """(is_chief, task_id) of this process; single-process strategies are always the chief.
 
