@@ -9,12 +9,13 @@ the variable and both shapes.
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import os
 import re
 import shutil
 import tempfile
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Iterator, Mapping
 
 import numpy as np
 import tensorflow as tf
@@ -39,6 +40,28 @@ def variables_by_name(variables: Iterable[tf.Variable]) -> dict[str, tf.Variable
   return out
 
 
+class CorruptCheckpointError(ValueError):
+  """A checkpoint's files exist but cannot be read (truncated data file, damaged index)."""
+
+
+@contextlib.contextmanager
+def reading(prefix: str) -> Iterator[None]:
+  """Turns TensorFlow's read errors inside the block into a one-line CorruptCheckpointError.
+
+  A truncated data file surfaces as IndexError ("Read less bytes than requested"), a damaged
+  index as an OpError ("not an sstable"); neither names the checkpoint.
+  """
+  try:
+    yield
+  except tf.errors.InvalidArgumentError:  # a mismatch (shape, dtype), not damage: the caller's
+    raise
+  except (tf.errors.OpError, IndexError) as e:
+    text = (getattr(e, "message", None) or str(e) or type(e).__name__).strip()
+    said = text.splitlines()[0][:120] if text else type(e).__name__
+    raise CorruptCheckpointError(f"checkpoint {prefix} is corrupt or truncated "
+                                 f"(TensorFlow: {said})") from None
+
+
 def resolve_checkpoint(path: str) -> str:
   """A checkpoint prefix from a prefix or a directory (its latest checkpoint, or model.ckpt)."""
   if tf.io.gfile.isdir(path):
@@ -56,7 +79,8 @@ def resolve_checkpoint(path: str) -> str:
 
 def is_tf1_checkpoint(prefix: str) -> bool:
   """True for name-based (TF1 Saver) checkpoints, False for TF2 object-based ones."""
-  keys = tf.train.list_variables(prefix)
+  with reading(prefix):
+    keys = tf.train.list_variables(prefix)
   return not any(name.startswith("_CHECKPOINTABLE_OBJECT_GRAPH") for name, _ in keys)
 
 
@@ -89,10 +113,17 @@ def load_tf1_checkpoint(variables: Mapping[str, tf.Variable] | Iterable[tf.Varia
   Raises:
     FileNotFoundError: no checkpoint at ``checkpoint``.
     ValueError: a shape mismatch, a missing variable or an unused tensor that is not allowed.
+    CorruptCheckpointError: the checkpoint's files cannot be read.
   """
   if not isinstance(variables, Mapping):
     variables = variables_by_name(variables)
   prefix = resolve_checkpoint(checkpoint)
+  with reading(prefix):
+    return _load_tf1(variables, prefix, allow_missing, allow_unused)
+
+
+def _load_tf1(variables: Mapping[str, tf.Variable], prefix: str, allow_missing: bool,
+              allow_unused: bool) -> LoadReport:
   reader = tf.train.load_checkpoint(prefix)
   shapes = reader.get_variable_to_shape_map()
   for name, var in variables.items():
