@@ -40,6 +40,21 @@ def variables_by_name(variables: Iterable[tf.Variable]) -> dict[str, tf.Variable
   return out
 
 
+def tf_error_summary(error: BaseException) -> str:
+  """What TensorFlow said, in a few words: first line, without op context or file paths.
+
+  ``{{function_node ...}} /x/ckpt-20_temp/part-0.data...; No space left on device [Op:SaveV2]``
+  becomes ``No space left on device``.
+  """
+  text = (getattr(error, "message", None) or str(error)).strip()
+  text = text.splitlines()[0] if text else type(error).__name__
+  text = re.sub(r"\{\{[^}]*\}\}\s*", "", text)
+  text = re.sub(r"\s*\[Op:\w+\]$", "", text).strip()
+  if "; " in text:
+    text = text.rsplit("; ", 1)[1]
+  return text[:120] or type(error).__name__
+
+
 class CorruptCheckpointError(ValueError):
   """A checkpoint's files exist but cannot be read (truncated data file, damaged index)."""
 
@@ -56,10 +71,8 @@ def reading(prefix: str) -> Iterator[None]:
   except tf.errors.InvalidArgumentError:  # a mismatch (shape, dtype), not damage: the caller's
     raise
   except (tf.errors.OpError, IndexError) as e:
-    text = (getattr(e, "message", None) or str(e) or type(e).__name__).strip()
-    said = text.splitlines()[0][:120] if text else type(e).__name__
     raise CorruptCheckpointError(f"checkpoint {prefix} is corrupt or truncated "
-                                 f"(TensorFlow: {said})") from None
+                                 f"(TensorFlow: {tf_error_summary(e)})") from None
 
 
 def resolve_checkpoint(path: str) -> str:

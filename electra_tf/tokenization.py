@@ -56,9 +56,10 @@ def vocab_lines(vocab_file: str) -> list[str]:
     raise FileNotFoundError(f"vocab file not found: {vocab_file}")
   try:
     with tf.io.gfile.GFile(vocab_file, "rb") as f:
-      return f.read().decode("utf-8").splitlines()
+      lines = f.read().decode("utf-8").split("\n")  # "\n" only, as line-by-line reading
   except UnicodeDecodeError as e:
     raise _not_utf8(vocab_file, e) from None
+  return lines[:-1] if lines and not lines[-1] else lines
 
 
 def validate_vocab(vocab: Mapping[str, int], required: Sequence[str] = SPECIAL_TOKENS) -> None:

@@ -227,7 +227,7 @@ class CheckpointKeeper:
       _remove_partial_save(self.save_dir, step)
       raise CheckpointSaveError(
           f"saving the checkpoint for step {step} in {self.save_dir} failed "
-          f"({_first_line(e)}); the latest complete checkpoint is still "
+          f"({checkpoints.tf_error_summary(e)}); the latest complete checkpoint is still "
           f"{latest_checkpoint(self.model_dir)}") from None
     if not self.is_chief:
       tf.io.gfile.rmtree(self.save_dir)

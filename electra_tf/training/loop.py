@@ -50,12 +50,14 @@ def data_error_line(error: tf.errors.OpError) -> str:
   """The one line a failed `tf.debugging.Assert` in the input pipeline carries (its message,
   without TensorFlow's "assertion failed: [...]" wrapper and op context), else TF's first line."""
   text = (error.message or str(error)).strip()
-  first = text.splitlines()[0] if text else type(error).__name__
   marker = "assertion failed: ["
-  if marker in first:
-    first = first.split(marker, 1)[1]
-    first = first[:-1] if first.endswith("]") else first
-  return first
+  for line in text.splitlines():
+    if marker in line:
+      said = line.split(marker, 1)[1].split("]", 1)[0]  # shard paths hold no "]" in practice
+      return said.strip()
+  lines = [line.strip() for line in text.splitlines()
+           if line.strip() and not line.startswith("Graph execution error")]
+  return lines[0] if lines else type(error).__name__
 
 
 def _log(message: str) -> None:
@@ -360,7 +362,10 @@ class Trainer:
     for metric in metrics:
       metric.reset_state()
     iterator = iter(self.strategy.distribute_datasets_from_function(dataset_fn))
-    sums, done, _, _ = self._run_loop(self._eval_loops[key], iterator, num_steps)
+    try:
+      sums, done, _, _ = self._run_loop(self._eval_loops[key], iterator, num_steps)
+    except (tf.errors.InvalidArgumentError, tf.errors.DataLossError) as e:
+      raise InputDataError(f"{data_error_line(e)} (during evaluation)") from None
     if done < num_steps:
       self.log_fn(f"Eval data ran out after {done} of {num_steps} steps")
     results = {("loss" if k == "total_loss" else k): v / max(done, 1) for k, v in sums.items()}
