@@ -76,10 +76,11 @@ def _check_first_example(files: list[str], sizes: list[int], max_seq_length: int
     if n != max_seq_length:
       raise ValueError(f"pretraining_dataset: shard {path} has {name} of length {n} but "
                        f"max_seq_length is {max_seq_length}")
-  ids = example.features.feature["input_ids"].int64_list.value
-  bad = [i for i in ids if vocab_size is not None and not 0 <= i < vocab_size]
-  if bad:
-    raise ValueError(vocab_message(path, bad[0], vocab_size))
+  if vocab_size is not None:
+    ids = example.features.feature["input_ids"].int64_list.value
+    bad = [i for i in ids if not 0 <= i < vocab_size]
+    if bad:
+      raise ValueError(vocab_message(path, bad[0], vocab_size))
 
 
 def vocab_message(path: str, token_id: int, vocab_size: int) -> str:
