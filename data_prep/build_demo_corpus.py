@@ -75,7 +75,10 @@ def stdlib_module_names() -> list[str]:
 
 def build_demo_corpus(output_dir: str, num_files: int = 8, max_modules: int = 1000) -> dict:
   """Writes ``output_dir/stdlib_docs_<i>.txt``; returns counts of modules, paragraphs, words."""
-  os.makedirs(output_dir, exist_ok=True)
+  try:
+    os.makedirs(output_dir, exist_ok=True)
+  except OSError as e:
+    raise ValueError(f"output_dir {output_dir} cannot be created: {e.strerror}") from None
   documents = []
   for name in stdlib_module_names():
     if len(documents) >= max_modules:
@@ -106,7 +109,10 @@ def main(argv):
     raise app.UsageError(f"unexpected arguments: {' '.join(argv[1:])}")
   if not FLAGS.output_dir:
     raise app.UsageError("--output_dir is required")
-  stats = build_demo_corpus(FLAGS.output_dir, FLAGS.num_files, FLAGS.max_modules)
+  try:
+    stats = build_demo_corpus(FLAGS.output_dir, FLAGS.num_files, FLAGS.max_modules)
+  except ValueError as e:
+    sys.exit(f"build_demo_corpus: error: {e}")
   print(f"demo corpus: {stats['modules']} modules, {stats['paragraphs']} paragraphs, "
         f"{stats['words']} words -> {FLAGS.output_dir}")
 

@@ -157,7 +157,7 @@ def build(args: OwtArgs) -> list[bpd.JobStats]:
     raise ValueError(f"no OpenWebText in {args.data_dir!r}: expected {SUBSETS_DIR_NAME}/ "
                      f"(subset .xz archives) or {ARCHIVE_NAME}")
   made_tmp = not os.path.exists(args.tmp_dir)
-  os.makedirs(args.tmp_dir, exist_ok=True)
+  bpd.make_output_dir(args.tmp_dir, "tmp_dir")
   outer_tmp = None
   try:
     if not os.path.isdir(subsets_dir):

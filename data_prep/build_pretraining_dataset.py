@@ -466,12 +466,24 @@ def check_shape_args(max_seq_length: int, num_processes: int, num_out_files: int
                      f"({num_processes}): every process writes its own shards")
 
 
+def make_output_dir(path: str, flag: str = "output_dir") -> None:
+  """Creates folder `path`; a one-line ValueError (as for a run's model_dir) if it cannot be."""
+  try:
+    tf.io.gfile.makedirs(path)
+  except (tf.errors.OpError, OSError) as e:
+    text = (getattr(e, "message", None) or str(e)).strip()
+    first = text.splitlines()[0] if text else type(e).__name__
+    raise ValueError(f"{flag} {path} cannot be created: {first}") from None
+  if not tf.io.gfile.isdir(path):
+    raise ValueError(f"{flag} {path} exists and is not a directory")
+
+
 def prepare_output_dir(output_dir: str) -> None:
   """Creates `output_dir` and deletes shards (finished or not) of an earlier build in it.
 
   The official script deletes the whole directory; only our own files are removed here.
   """
-  tf.io.gfile.makedirs(output_dir)
+  make_output_dir(output_dir)
   old = (tf.io.gfile.glob(os.path.join(output_dir, SHARD_GLOB))
          + tf.io.gfile.glob(os.path.join(output_dir, TMP_SHARD_GLOB)))
   for path in old:

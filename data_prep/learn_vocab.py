@@ -46,7 +46,11 @@ def learn_vocab(corpus_dir: str, vocab_file: str, vocab_size: int = 8000,
   vocab = learner.bert_vocab_from_dataset(
       dataset, vocab_size=vocab_size, reserved_tokens=list(RESERVED),
       bert_tokenizer_params={"lower_case": do_lower_case}, learn_params={})
-  os.makedirs(os.path.dirname(os.path.abspath(vocab_file)), exist_ok=True)
+  folder = os.path.dirname(os.path.abspath(vocab_file))
+  try:
+    os.makedirs(folder, exist_ok=True)
+  except OSError as e:
+    raise ValueError(f"vocab_file folder {folder} cannot be created: {e.strerror}") from None
   tmp = vocab_file + ".tmp"
   with open(tmp, "w", encoding="utf-8") as f:
     f.write("\n".join(vocab) + "\n")

@@ -9,11 +9,12 @@ the variable and both shapes.
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import os
 import shutil
 import tempfile
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Iterator, Mapping
 
 import numpy as np
 import tensorflow as tf
@@ -30,6 +31,41 @@ def variables_by_name(variables: Iterable[tf.Variable]) -> dict[str, tf.Variable
       raise ValueError(f"two different variables share the checkpoint name {name!r}")
     out[name] = v
   return out
+
+
+def tf_error_summary(error: BaseException) -> str:
+  """What TensorFlow said, in a few words: first line, without op context or file paths.
+
+  ``{{function_node ...}} /x/ckpt-20_temp/part-0.data...; No space left on device [Op:SaveV2]``
+  becomes ``No space left on device``.
+  """
+  text = (getattr(error, "message", None) or str(error)).strip()
+  text = text.splitlines()[0] if text else type(error).__name__
+  text = re.sub(r"\{\{[^}]*\}\}\s*", "", text)
+  text = re.sub(r"\s*\[Op:\w+\]$", "", text).strip()
+  if "; " in text:
+    text = text.rsplit("; ", 1)[1]
+  return text[:120] or type(error).__name__
+
+
+class CorruptCheckpointError(ValueError):
+  """A checkpoint's files exist but cannot be read (truncated data file, damaged index)."""
+
+
+@contextlib.contextmanager
+def reading(prefix: str) -> Iterator[None]:
+  """Turns TensorFlow's read errors inside the block into a one-line CorruptCheckpointError.
+
+  A truncated data file surfaces as IndexError ("Read less bytes than requested"), a damaged
+  index as an OpError ("not an sstable"); neither names the checkpoint.
+  """
+  try:
+    yield
+  except tf.errors.InvalidArgumentError:  # a mismatch (shape, dtype), not damage: the caller's
+    raise
+  except (tf.errors.OpError, IndexError) as e:
+    raise CorruptCheckpointError(f"checkpoint {prefix} is corrupt or truncated "
+                                 f"(TensorFlow: {tf_error_summary(e)})") from None
 
 
 def resolve_checkpoint(path: str) -> str:
@@ -49,7 +85,8 @@ def resolve_checkpoint(path: str) -> str:
 
 def is_tf1_checkpoint(prefix: str) -> bool:
   """True for name-based (TF1 Saver) checkpoints, False for TF2 object-based ones."""
-  keys = tf.train.list_variables(prefix)
+  with reading(prefix):
+    keys = tf.train.list_variables(prefix)
   return not any(name.startswith("_CHECKPOINTABLE_OBJECT_GRAPH") for name, _ in keys)
 
 
@@ -82,10 +119,17 @@ def load_tf1_checkpoint(variables: Mapping[str, tf.Variable] | Iterable[tf.Varia
   Raises:
     FileNotFoundError: no checkpoint at ``checkpoint``.
     ValueError: a shape mismatch, a missing variable or an unused tensor that is not allowed.
+    CorruptCheckpointError: the checkpoint's files cannot be read.
   """
   if not isinstance(variables, Mapping):
     variables = variables_by_name(variables)
   prefix = resolve_checkpoint(checkpoint)
+  with reading(prefix):
+    return _load_tf1(variables, prefix, allow_missing, allow_unused)
+
+
+def _load_tf1(variables: Mapping[str, tf.Variable], prefix: str, allow_missing: bool,
+              allow_unused: bool) -> LoadReport:
   reader = tf.train.load_checkpoint(prefix)
   shapes = reader.get_variable_to_shape_map()
   for name, var in variables.items():

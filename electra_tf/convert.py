@@ -34,6 +34,8 @@ def define_flags() -> None:
                       "official data_dir with vocab.txt and finetuning_data/<task>/ (label lists).")
   flags.DEFINE_bool("hf", True, "Also write Hugging Face folders under <output_dir>/hf "
                     "(skipped for Electric, which has no Hugging Face class).")
+  flags.DEFINE_bool("overwrite", False, "Replace a non-empty --output_dir whole (the new export "
+                    "is written to a temporary sibling folder and renamed into place).")
 
 
 def convert(checkpoint: str, hparams: str | dict, output_dir: str,
@@ -55,13 +57,15 @@ def convert(checkpoint: str, hparams: str | dict, output_dir: str,
   global_step = 0
   if checkpoints.is_tf1_checkpoint(prefix):
     report = checkpoints.load_tf1_checkpoint(variables, prefix, allow_unused=False)
-    reader = tf.train.load_checkpoint(prefix)
-    if reader.has_tensor(names.GLOBAL_STEP):
-      global_step = int(reader.get_tensor(names.GLOBAL_STEP))
+    with checkpoints.reading(prefix):
+      reader = tf.train.load_checkpoint(prefix)
+      if reader.has_tensor(names.GLOBAL_STEP):
+        global_step = int(reader.get_tensor(names.GLOBAL_STEP))
     logging.info("TF1 checkpoint %s: %s", prefix, report.summary())
   else:
     step = tf.Variable(0, dtype=tf.int64)
-    status = tf.train.Checkpoint(model=model, step=step).read(prefix)
+    with checkpoints.reading(prefix):
+      status = tf.train.Checkpoint(model=model, step=step).read(prefix)
     status.expect_partial().assert_existing_objects_matched()
     global_step = int(step.numpy())
     report = None
@@ -127,14 +131,16 @@ def main(argv):
     raise app.UsageError(f"unexpected arguments: {' '.join(argv[1:])}")
   if not FLAGS.checkpoint or not FLAGS.output_dir:
     raise app.UsageError("--checkpoint and --output_dir are required")
+  from electra_tf import staging
   from electra_tf.config import load_hparams
 
   try:
-    if "task_names" in load_hparams(FLAGS.hparams):
-      result = convert_finetuned(FLAGS.checkpoint, FLAGS.hparams, FLAGS.output_dir,
-                                 FLAGS.data_dir)
-    else:
-      result = convert(FLAGS.checkpoint, FLAGS.hparams, FLAGS.output_dir, hf=FLAGS.hf)
+    with staging.staged_dir(FLAGS.output_dir, FLAGS.overwrite) as stage:
+      if "task_names" in load_hparams(FLAGS.hparams):
+        result = convert_finetuned(FLAGS.checkpoint, FLAGS.hparams, stage, FLAGS.data_dir)
+      else:
+        result = convert(FLAGS.checkpoint, FLAGS.hparams, stage, hf=FLAGS.hf)
+    result = staging.relocate(result, stage, FLAGS.output_dir)
   except (FileNotFoundError, ValueError) as e:
     sys.exit(f"convert: error: {e}")
   log(f"wrote {result['tf2']}, {result['saved_model']} (signatures: "

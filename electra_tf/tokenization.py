@@ -39,7 +39,27 @@ def load_vocab(vocab_file: str) -> collections.OrderedDict[str, int]:
   """Reads a vocabulary file (one token a line, id = line number) like the official code."""
   if not tf.io.gfile.exists(vocab_file):
     raise FileNotFoundError(f"vocab file not found: {vocab_file}")
-  return tfm_tokenization.load_vocab(vocab_file)
+  try:
+    return tfm_tokenization.load_vocab(vocab_file)
+  except UnicodeDecodeError as e:
+    raise _not_utf8(vocab_file, e) from None
+
+
+def _not_utf8(vocab_file: str, error: UnicodeDecodeError) -> ValueError:
+  return ValueError(f"vocab file {vocab_file} is not UTF-8 text: byte "
+                    f"0x{error.object[error.start]:02x} cannot be decoded")
+
+
+def vocab_lines(vocab_file: str) -> list[str]:
+  """The tokens of a vocab file, one a line; one-line errors for a missing or non-UTF-8 file."""
+  if not tf.io.gfile.exists(vocab_file):
+    raise FileNotFoundError(f"vocab file not found: {vocab_file}")
+  try:
+    with tf.io.gfile.GFile(vocab_file, "rb") as f:
+      lines = f.read().decode("utf-8").split("\n")  # "\n" only, as line-by-line reading
+  except UnicodeDecodeError as e:
+    raise _not_utf8(vocab_file, e) from None
+  return lines[:-1] if lines and not lines[-1] else lines
 
 
 def validate_vocab(vocab: Mapping[str, int], required: Sequence[str] = SPECIAL_TOKENS) -> None:

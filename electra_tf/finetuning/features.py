@@ -113,17 +113,40 @@ def read_tfrecord(path: str, specs: Sequence[FeatureSpec]) -> tf.data.Dataset:
   return tf.data.TFRecordDataset(path).map(lambda r: decode_record(r, specs))
 
 
+def check_token_ids(features: dict[str, tf.Tensor], path: str,
+                    vocab_size: int) -> dict[str, tf.Tensor]:
+  """`features` unchanged, after asserting every ``input_ids`` value lies in [0, vocab_size).
+
+  An id past the embedding table fails on CPU with a long traceback and on GPU silently embeds
+  as zeros; this names the file instead (one vectorised check per batch).
+  """
+  ids = tf.reshape(features["input_ids"], [-1])
+  bad = tf.logical_or(ids < 0, ids >= vocab_size)
+  first = tf.gather(ids, tf.argmax(tf.cast(bad, tf.int32), output_type=tf.int32))
+  check = tf.debugging.Assert(tf.logical_not(tf.reduce_any(bad)), [tf.strings.join([
+    f"fine-tuning data {path} has token id ", tf.strings.as_string(first),
+    f" but vocab_size is {vocab_size} (built with a different vocab?)"])])
+  with tf.control_dependencies([check]):
+    return {k: tf.identity(v) for k, v in features.items()}
+
+
 def input_dataset(path: str, specs: Sequence[FeatureSpec], batch_size: int, is_training: bool,
-                  shuffle_buffer: int = 100, seed: int | None = None) -> tf.data.Dataset:
+                  shuffle_buffer: int = 100, seed: int | None = None,
+                  vocab_size: int | None = None) -> tf.data.Dataset:
   """Batches of decoded features (official ``input_fn``): training repeats and shuffles.
 
   Every batch is full (``drop_remainder``); the writer pads files to a batch multiple.
+  With ``vocab_size``, a token id outside [0, vocab_size) stops the pipeline with an error
+  naming the file (a cache built with another vocabulary).
   """
   dataset = tf.data.TFRecordDataset(path)
   if is_training:
     dataset = dataset.repeat().shuffle(shuffle_buffer, seed=seed)
   dataset = dataset.map(lambda r: decode_record(r, specs), num_parallel_calls=tf.data.AUTOTUNE)
-  return dataset.batch(batch_size, drop_remainder=True)
+  dataset = dataset.batch(batch_size, drop_remainder=True)
+  if vocab_size is not None:
+    dataset = dataset.map(lambda f: check_token_ids(f, path, vocab_size))
+  return dataset
 
 
 def cache_prefix(preprocessed_dir: str, task_names: Sequence[str], split: str) -> str:

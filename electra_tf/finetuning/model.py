@@ -139,7 +139,8 @@ _TF2_VALUE = "/.ATTRIBUTES/VARIABLE_VALUE"
 
 
 def _tf2_keys(prefix: str) -> list[str]:
-  return [k for k, _ in tf.train.list_variables(prefix) if k.endswith(_TF2_VALUE)]
+  with checkpoints.reading(prefix):
+    return [k for k, _ in tf.train.list_variables(prefix) if k.endswith(_TF2_VALUE)]
 
 
 def load_init_checkpoint(model: FinetuningModel, checkpoint: str) -> checkpoints.LoadReport:
@@ -167,7 +168,10 @@ def load_init_checkpoint(model: FinetuningModel, checkpoint: str) -> checkpoints
 
 def _restore(root: tf.train.Checkpoint, prefix: str, what: str) -> None:
   try:
-    status = root.read(prefix)
+    with checkpoints.reading(prefix):  # unreadable files: "corrupt or truncated"
+      status = root.read(prefix)
+  except checkpoints.CorruptCheckpointError:
+    raise
   except (ValueError, tf.errors.InvalidArgumentError) as e:
     first = str(e).strip().splitlines()[0]
     raise ValueError(f"cannot restore the {what} from {prefix}: {first}") from None

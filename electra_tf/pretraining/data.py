@@ -6,7 +6,9 @@ Each record is a `tf.train.Example` with int64 features ``input_ids``, ``input_m
 As in the official input function, training reads the shuffled file list repeatedly with a
 parallel interleave over 4 files and shuffles examples in a 100-element buffer; batches drop
 the remainder so shapes are static. Beyond the official code, problems name the shard: a
-corrupt or truncated file, or examples whose length is not ``max_seq_length``.
+corrupt or truncated file, examples whose length is not ``max_seq_length``, or (given
+``vocab_size``) token ids outside the vocabulary, which on GPU would silently embed as zeros.
+``check_data`` reads every shard once up front and reports every bad one.
 """
 
 from __future__ import annotations
@@ -58,7 +60,8 @@ def _warn_incomplete_shard_sets(files: list[str]) -> None:
                       len(indices), n, n)
 
 
-def _check_first_example(files: list[str], sizes: list[int], max_seq_length: int) -> None:
+def _check_first_example(files: list[str], sizes: list[int], max_seq_length: int,
+                         vocab_size: int | None = None) -> None:
   """Reads one record eagerly so the common mistakes fail now with a ValueError."""
   path = next(f for f, s in zip(files, sizes, strict=True) if s > 0)  # one exists
   try:
@@ -75,9 +78,21 @@ def _check_first_example(files: list[str], sizes: list[int], max_seq_length: int
     if n != max_seq_length:
       raise ValueError(f"pretraining_dataset: shard {path} has {name} of length {n} but "
                        f"max_seq_length is {max_seq_length}")
+  if vocab_size is not None:
+    ids = example.features.feature["input_ids"].int64_list.value
+    bad = [i for i in ids if not 0 <= i < vocab_size]
+    if bad:
+      raise ValueError(vocab_message(path, bad[0], vocab_size))
 
 
-def _read_shard(path: tf.Tensor, size: tf.Tensor, max_seq_length: int) -> tf.data.Dataset:
+def vocab_message(path: str, token_id: int, vocab_size: int) -> str:
+  """The one-line error for a token id outside [0, vocab_size)."""
+  return (f"pretraining_dataset: shard {path} has token id {token_id} but vocab_size is "
+          f"{vocab_size} (built with a different vocab?)")
+
+
+def _read_shard(path: tf.Tensor, size: tf.Tensor, max_seq_length: int,
+                vocab_size: int | None = None) -> tf.data.Dataset:
   """Parsed examples {name: int32 [max_seq_length]} of one file, read in batches.
 
   Failures name the file. TFRecordDataset's own DataLossError does not, so read errors end the
@@ -101,11 +116,14 @@ def _read_shard(path: tf.Tensor, size: tf.Tensor, max_seq_length: int) -> tf.dat
 
   checked = tagged.scan(tf.constant(0, tf.int64), count).filter(
     lambda records, is_end: tf.logical_not(is_end))
-  return checked.map(lambda records, _: _parse(records, path, max_seq_length)).unbatch()
+  return checked.map(lambda records, _: _parse(records, path, max_seq_length, vocab_size)
+                     ).unbatch()
 
 
-def _parse(records: tf.Tensor, path: tf.Tensor, max_seq_length: int) -> dict[str, tf.Tensor]:
-  """[n] serialized examples of `path` -> {name: int32 [n, max_seq_length]}; checks lengths."""
+def _parse(records: tf.Tensor, path: tf.Tensor, max_seq_length: int,
+           vocab_size: int | None = None) -> dict[str, tf.Tensor]:
+  """[n] serialized examples of `path` -> {name: int32 [n, max_seq_length]}; checks lengths
+  and, given vocab_size, that every input id is in [0, vocab_size) (one vectorised test)."""
   parsed = tf.io.parse_example(records, parse_spec())
   out = {}
   for name in FEATURES:
@@ -118,13 +136,28 @@ def _parse(records: tf.Tensor, path: tf.Tensor, max_seq_length: int) -> dict[str
     with tf.control_dependencies([check]):
       values = tf.identity(parsed[name].values)
     out[name] = tf.cast(tf.reshape(values, [-1, max_seq_length]), MODEL_DTYPE)
+  if vocab_size is not None:
+    out["input_ids"] = _check_ids(out["input_ids"], path, vocab_size)
   return out
+
+
+def _check_ids(ids: tf.Tensor, path: tf.Tensor, vocab_size: int) -> tf.Tensor:
+  """ids [n, T] unchanged, after asserting all lie in [0, vocab_size)."""
+  flat = tf.reshape(ids, [-1])
+  bad = tf.logical_or(flat < 0, flat >= vocab_size)
+  first = tf.gather(flat, tf.argmax(tf.cast(bad, tf.int32), output_type=tf.int32))
+  message = tf.strings.join([
+    "pretraining_dataset: shard ", path, " has token id ", tf.strings.as_string(first),
+    f" but vocab_size is {vocab_size} (built with a different vocab?)"])
+  check = tf.debugging.Assert(tf.logical_not(tf.reduce_any(bad)), [message])
+  with tf.control_dependencies([check]):
+    return tf.identity(ids)
 
 
 def pretraining_dataset(file_pattern: str | list[str], batch_size: int, max_seq_length: int,
                         is_training: bool = True, seed: int | None = None,
-                        input_context: tf.distribute.InputContext | None = None
-                        ) -> tf.data.Dataset:
+                        input_context: tf.distribute.InputContext | None = None,
+                        vocab_size: int | None = None) -> tf.data.Dataset:
   """Batches of pre-training examples: {input_ids, input_mask, segment_ids} int32 [batch, seq].
 
   Args:
@@ -138,13 +171,15 @@ def pretraining_dataset(file_pattern: str | list[str], batch_size: int, max_seq_
       the official non-deterministic ("sloppy") order when training.
     input_context: from `strategy.distribute_datasets_from_function`: files are split between
       input pipelines (records, when there are fewer files than pipelines).
+    vocab_size: if given, a token id outside [0, vocab_size) stops the pipeline with an error
+      naming the shard (data built with another vocabulary).
   """
   files = expand_file_pattern(file_pattern)
   sizes = [tf.io.gfile.stat(f).length for f in files]
   if not any(sizes):
     raise ValueError(f"pretraining_dataset: no examples found: the {len(files)} file(s) "
                      f"matching {file_pattern!r} are empty")
-  _check_first_example(files, sizes, max_seq_length)
+  _check_first_example(files, sizes, max_seq_length, vocab_size)
   # Empty shards (a small corpus split into many files) are dropped so that no input pipeline
   # is left with only empty files, which would make a repeated dataset spin forever.
   files, sizes = zip(*[(f, s) for f, s in zip(files, sizes, strict=True) if s > 0], strict=True)
@@ -163,7 +198,7 @@ def pretraining_dataset(file_pattern: str | list[str], batch_size: int, max_seq_
     ds = ds.shard(num_pipelines, pipeline_id)
   if is_training:
     ds = ds.shuffle(len(files), seed=seed, reshuffle_each_iteration=True).repeat()
-  ds = ds.interleave(lambda path, size: _read_shard(path, size, max_seq_length),
+  ds = ds.interleave(lambda path, size: _read_shard(path, size, max_seq_length, vocab_size),
                      cycle_length=min(CYCLE_LENGTH, len(files)), num_parallel_calls=autotune,
                      deterministic=deterministic)
   if num_pipelines > 1 and not shard_files:

@@ -7,6 +7,7 @@ from electra_tf.training.checkpointing import (
     latest_checkpoint,
 )
 from electra_tf.training.loop import (
+    InputDataError,
     NonFiniteLossError,
     Trainer,
     TrainSettings,
@@ -23,7 +24,8 @@ from electra_tf.training.runtime import (
 )
 
 __all__ = [
-    "CheckpointSaveError", "ModelDirError", "NonFiniteLossError", "TrainSettings", "Trainer",
+    "CheckpointSaveError", "InputDataError", "ModelDirError", "NonFiniteLossError",
+    "TrainSettings", "Trainer",
     "check_model_dir", "get_strategy", "latest_checkpoint", "model_step_fn", "secs_to_str",
     "set_mixed_precision_policy", "set_seed", "worker_role", "wrap_optimizer", "write_results",
 ]

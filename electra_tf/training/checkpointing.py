@@ -7,18 +7,30 @@ tests/test_training.py by SIGKILLing a process inside a save):
   2. Only after that returns does `CheckpointManager` rewrite the `checkpoint` state file, with
      `atomic_write_string_to_file` (write a temp file, rename over the old one).
 So the state file only ever names fully written checkpoints; a kill leaves at worst orphan
-`<prefix>_temp/` or `<prefix>.data-*` files, which the next save at that step overwrites.
+`<prefix>_temp/` or `<prefix>.data-*` files, which the next save at that step overwrites;
+start-up deletes `ckpt-<N>_temp/` folders older than the newest complete checkpoint.
 `latest()` still checks that the named checkpoint's index exists, so a state file damaged by
-hand gives a clear error instead of a silent restart from scratch.
+hand gives a clear error instead of a silent restart from scratch; a checkpoint whose files
+cannot be read on resume is skipped, with a warning, for the newest older one that can.
+A failed save (e.g. a full disk) deletes its partial files and leaves the previous checkpoint
+as the latest.
 """
 
 from __future__ import annotations
 
+import glob
 import os
+import re
 import shutil
 import uuid
+from collections.abc import Callable
 
 import tensorflow as tf
+
+from electra_tf import checkpoints
+
+_TEMP_DIR_RE = re.compile(r"^ckpt-(\d+)_temp$")
+_INDEX_RE = re.compile(r"^ckpt-(\d+)\.index$")
 
 
 class ModelDirError(ValueError):
@@ -94,6 +106,86 @@ def step_of(checkpoint_path: str) -> int:
   return int(checkpoint_path.rsplit("-", 1)[-1])
 
 
+def remove_stale_temp_dirs(model_dir: str) -> list[str]:
+  """Deletes `ckpt-<N>_temp/` folders left by a save that was killed; returns their paths.
+
+  Only this loop's temp folders, and only those older than the newest complete checkpoint
+  (N at or below its step, or last modified before its index): a save in progress is newer.
+  Local model_dir only (the folders are found by listing it).
+  """
+  if "://" in model_dir or not os.path.isdir(model_dir):
+    return []
+  try:
+    newest = latest_checkpoint(model_dir)
+  except FileNotFoundError:
+    return []
+  if newest is None:
+    return []
+  newest_step, newest_time = step_of(newest), os.path.getmtime(newest + ".index")
+  removed = []
+  for name in sorted(os.listdir(model_dir)):
+    m = _TEMP_DIR_RE.match(name)
+    path = os.path.join(model_dir, name)
+    if not m or not os.path.isdir(path):
+      continue
+    if int(m.group(1)) <= newest_step or os.path.getmtime(path) < newest_time:
+      shutil.rmtree(path, ignore_errors=True)
+      removed.append(path)
+  return removed
+
+
+def _older_checkpoints(model_dir: str, step: int) -> list[str]:
+  """Prefixes of complete-looking `ckpt-<N>` (index present) with N < step, newest first."""
+  found = []
+  for index in glob.glob(os.path.join(glob.escape(model_dir), "ckpt-*.index")):
+    m = _INDEX_RE.match(os.path.basename(index))
+    if m and int(m.group(1)) < step:
+      found.append((int(m.group(1)), index[:-len(".index")]))
+  return [p for _, p in sorted(found, reverse=True)]
+
+
+def restore_readable(checkpoint: tf.train.Checkpoint, model_dir: str,
+                     warn: Callable[[str], None]):
+  """Restores the newest checkpoint of model_dir whose files can be read.
+
+  Returns (prefix, load status), or (None, None) without a checkpoint. A corrupt newest one
+  (truncated data file, damaged index) is skipped with a warning for the next older one;
+  CorruptCheckpointError if none is readable.
+  """
+  newest = latest_checkpoint(model_dir)
+  if newest is None:
+    return None, None
+  candidates = [newest] + _older_checkpoints(model_dir, step_of(newest))
+  for i, path in enumerate(candidates):
+    try:
+      with checkpoints.reading(path):
+        return path, checkpoint.restore(path)
+    except checkpoints.CorruptCheckpointError as e:
+      if i + 1 == len(candidates):
+        raise
+      warn(f"Warning: {e}; resuming from the previous checkpoint {candidates[i + 1]}")
+  raise AssertionError("unreachable")
+
+
+def _remove_partial_save(save_dir: str, step: int) -> None:
+  """Deletes what a failed save of `ckpt-<step>` wrote (temp folder, data files, index)."""
+  prefix = os.path.join(save_dir, f"ckpt-{step}")
+  try:
+    if latest_checkpoint(save_dir) == prefix:  # never touch a complete checkpoint
+      return
+  except FileNotFoundError:
+    pass
+  for path in tf.io.gfile.glob(glob.escape(prefix) + "_temp") + \
+      tf.io.gfile.glob(glob.escape(prefix) + ".*"):
+    try:
+      if tf.io.gfile.isdir(path):
+        tf.io.gfile.rmtree(path)
+      else:
+        tf.io.gfile.remove(path)
+    except (tf.errors.OpError, OSError):
+      pass
+
+
 class CheckpointKeeper:
   """Saves `checkpoint` as `<model_dir>/ckpt-<step>`, keeping the newest `max_to_keep` (0: all).
 
@@ -105,28 +197,37 @@ class CheckpointKeeper:
   def __init__(self, checkpoint: tf.train.Checkpoint, model_dir: str, max_to_keep: int,
                is_chief: bool = True, task_id: int = 0):
     self.model_dir = model_dir
+    self.checkpoint = checkpoint
     self.is_chief = is_chief
     self.save_dir = model_dir if is_chief else os.path.join(model_dir, f"worker_tmp_{task_id}")
     self._manager = tf.train.CheckpointManager(
         checkpoint, self.save_dir, max_to_keep=(max_to_keep or None) if is_chief else 1)
 
-  def check(self, bytes_per_checkpoint: int) -> None:
-    """Fail-fast check of the folder this worker saves to (see check_model_dir)."""
+  def check(self, bytes_per_checkpoint: int) -> list[str]:
+    """Fail-fast check of the folder this worker saves to (see check_model_dir), after the
+    chief deleted stale temp folders of killed saves (returned, to be reported)."""
+    removed = remove_stale_temp_dirs(self.model_dir) if self.is_chief else []
     check_model_dir(self.save_dir, bytes_per_checkpoint)
     if not self.is_chief:
       tf.io.gfile.rmtree(self.save_dir)  # recreated by each save, deleted after it
+    return removed
 
   def latest(self) -> str | None:
     return latest_checkpoint(self.model_dir)
+
+  def restore(self, warn: Callable[[str], None]):
+    """(prefix, status) of the newest readable checkpoint, or (None, None); see restore_readable."""
+    return restore_readable(self.checkpoint, self.model_dir, warn)
 
   def save(self, step: int) -> str:
     """Writes the checkpoint for `step`; returns its prefix (the scratch one on non-chiefs)."""
     try:
       path = self._manager.save(checkpoint_number=step)
     except (tf.errors.OpError, OSError) as e:
+      _remove_partial_save(self.save_dir, step)
       raise CheckpointSaveError(
           f"saving the checkpoint for step {step} in {self.save_dir} failed "
-          f"({_first_line(e)}); the latest complete checkpoint is still "
+          f"({checkpoints.tf_error_summary(e)}); the latest complete checkpoint is still "
           f"{latest_checkpoint(self.model_dir)}") from None
     if not self.is_chief:
       tf.io.gfile.rmtree(self.save_dir)

@@ -43,6 +43,24 @@ class NonFiniteLossError(RuntimeError):
   """The loss became NaN or Inf; nothing was saved after the last good checkpoint."""
 
 
+class InputDataError(RuntimeError):
+  """The input pipeline failed mid-run (corrupt shard, bad token id); progress was saved."""
+
+
+def data_error_line(error: tf.errors.OpError) -> str:
+  """The one line a failed `tf.debugging.Assert` in the input pipeline carries (its message,
+  without TensorFlow's "assertion failed: [...]" wrapper and op context), else TF's first line."""
+  text = (error.message or str(error)).strip()
+  marker = "assertion failed: ["
+  for line in text.splitlines():
+    if marker in line:
+      said = line.split(marker, 1)[1].split("]", 1)[0]  # shard paths hold no "]" in practice
+      return said.strip()
+  lines = [line.strip() for line in text.splitlines()
+           if line.strip() and not line.startswith("Graph execution error")]
+  return lines[0] if lines else type(error).__name__
+
+
 @dataclasses.dataclass(frozen=True)
 class TrainSettings:
   """What the loop needs from the run configuration (official names where there is one)."""
@@ -132,8 +150,9 @@ class Trainer:
                                             step=self.global_step)
     self._keeper = checkpointing.CheckpointKeeper(
         self.checkpoint, settings.model_dir, settings.keep_checkpoint_max, self.is_chief, task_id)
-    self._keeper.check(checkpointing.checkpoint_bytes(
-        list(model.variables) + list(optimizer.variables)))
+    for stale in self._keeper.check(checkpointing.checkpoint_bytes(
+        list(model.variables) + list(optimizer.variables))):
+      self.log_fn(f"Removed {stale}, left by a save that was interrupted")
     self._grad_fn = (tf.function(self._forward_backward, jit_compile=True)
                      if settings.jit_compile else self._forward_backward)
     self._default_eval_step = model_step_fn(model, training=False)
@@ -223,12 +242,12 @@ class Trainer:
   def restore_or_initialize(self) -> int:
     """Restores the latest checkpoint in model_dir, else runs init_fn; returns the global step.
 
-    init_fn may return a step (e.g. that of the checkpoint it loaded): it becomes the global
-    step, so training continues the schedule from there.
+    An unreadable latest checkpoint is skipped with a warning for the newest older one that
+    reads. init_fn may return a step (e.g. that of the checkpoint it loaded): it becomes the
+    global step, so training continues the schedule from there.
     """
-    path = self._keeper.latest()
+    path, status = self._keeper.restore(self.log_fn)  # skips unreadable ones, with a warning
     if path is not None:
-      status = self.checkpoint.restore(path)
       try:
         status.assert_existing_objects_matched()
       except AssertionError as e:
@@ -281,7 +300,11 @@ class Trainer:
         target = min(s.num_train_steps,
                      (step // s.iterations_per_loop + 1) * s.iterations_per_loop,
                      (step // s.save_checkpoints_steps + 1) * s.save_checkpoints_steps)
-        sums, done, finite, exhausted = self._run_loop(self._train_loop, iterator, target - step)
+        try:
+          sums, done, finite, exhausted = self._run_loop(self._train_loop, iterator,
+                                                         target - step)
+        except (tf.errors.InvalidArgumentError, tf.errors.DataLossError) as e:
+          raise self._data_error(e) from None
         step = int(self.global_step.numpy())
         if not finite:
           raise NonFiniteLossError(
@@ -308,6 +331,21 @@ class Trainer:
       writer.close()
     return logged
 
+  def _data_error(self, error: tf.errors.OpError) -> InputDataError:
+    """Saves the steps completed before the input pipeline failed; the error to raise.
+
+    The failing batch was never applied (the loop fetches a batch before running its step),
+    so the variables and global_step are those of the last completed step.
+    """
+    step = int(self.global_step.numpy())
+    latest = self._keeper.latest()
+    if step > 0 and (latest is None or checkpointing.step_of(latest) < step):
+      latest = self._keeper.save(step)
+      if self.is_chief:
+        self.log_fn(f"Saved {latest}")
+    return InputDataError(f"{data_error_line(error)} (at step {step}; latest checkpoint: "
+                          f"{latest or 'none'})")
+
   def evaluate(self, dataset_fn: DatasetFn, num_steps: int, step_fn: StepFn | None = None,
                metrics: Sequence[tf_keras.metrics.Metric] = (),
                results_file: str | None = None) -> dict[str, float]:
@@ -332,7 +370,10 @@ class Trainer:
     for metric in metrics:
       metric.reset_state()
     iterator = iter(self.strategy.distribute_datasets_from_function(dataset_fn))
-    sums, done, _, _ = self._run_loop(self._eval_loops[key], iterator, num_steps)
+    try:
+      sums, done, _, _ = self._run_loop(self._eval_loops[key], iterator, num_steps)
+    except (tf.errors.InvalidArgumentError, tf.errors.DataLossError) as e:
+      raise InputDataError(f"{data_error_line(e)} (during evaluation)") from None
     if done < num_steps:
       self.log_fn(f"Eval data ran out after {done} of {num_steps} steps")
     results = {("loss" if k == "total_loss" else k): v / max(done, 1) for k, v in sums.items()}
