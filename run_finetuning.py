@@ -59,7 +59,7 @@ def main(argv: Sequence[str]) -> None:
     config = FinetuningConfig(model_name, data_dir, **load_hparams(FLAGS.hparams))
     strategy = training.get_strategy(FLAGS.distribution_strategy, FLAGS.num_gpus)
     run_finetuning(config, strategy, FLAGS.use_tfds, FLAGS.tfds_data_dir)
-  except (ValueError, FileNotFoundError, DataError) as e:
+  except (ValueError, FileNotFoundError, DataError, training.InputDataError) as e:
     sys.exit(f"run_finetuning.py: error: {e}")
 
 

@@ -64,21 +64,27 @@ def define_flags() -> None:
   flags.DEFINE_bool("jit_compile", False, "XLA-compile the forward and backward pass.")
   flags.DEFINE_enum("mixed_precision", "none", PRECISIONS,
                     "Compute dtype; float16 adds dynamic loss scaling. Weights stay float32.")
+  flags.DEFINE_enum("check_data", "auto", ["auto", "true", "false"],
+                    "Read every data shard once before step 1 and report every bad one "
+                    "(auto: when the shards total < 1 GiB).")
   flags.DEFINE_float("peak_tflops", None, "Peak TFLOP/s of one device for MFU (default: looked "
                      "up for known GPUs, estimated for CPUs; see electra_tf/training/hardware.py).")
 
 
 def train_or_eval(config: Any, strategy: Any = None, jit_compile: bool = False,
                   mixed_precision: str | None = None, peak_flops: float | None = None,
-                  log_fn: Callable[[str], None] = log) -> dict[str, dict[str, float]]:
+                  log_fn: Callable[[str], None] = log, check_data: bool | None = None
+                  ) -> dict[str, dict[str, float]]:
   """Pre-trains and/or evaluates as ``config`` says (official ``train_or_eval``).
 
   Returns ``{"train": last logged values, "eval": eval results}`` (the parts that ran).
+  ``check_data``: read every shard before step 1 (True), never (False), or when the data is
+  small (None, < 1 GiB).
   """
   import tensorflow as tf
 
   from electra_tf import training
-  from electra_tf.pretraining import task
+  from electra_tf.pretraining import data_check, task
 
   if (config.do_eval and not config.do_train and not config.init_checkpoint
       and training.latest_checkpoint(config.model_dir) is None):
@@ -88,6 +94,9 @@ def train_or_eval(config: Any, strategy: Any = None, jit_compile: bool = False,
     log_fn(f"debug: deleting {config.model_dir} (official behaviour)")
     tf.io.gfile.rmtree(config.model_dir)
   log_fn("=" * 80 + "\nConfig:\n" + config.to_json() + "\n" + "=" * 80)
+  task.check_inputs(config)
+  data_check.check_data(config.pretrain_tfrecords, config.max_seq_length, config.vocab_size,
+                        check=check_data, log_fn=log_fn)
   run = task.build_run(config, strategy, jit_compile, mixed_precision, peak_flops, log_fn)
   results: dict[str, dict[str, float]] = {}
   start = run.trainer.restore_or_initialize()
@@ -125,9 +134,11 @@ def main(argv: Sequence[str]) -> None:
     strategy = training.get_strategy(name, FLAGS.num_gpus, tpu=tpu if name == "tpu" else None)
     precision = None if FLAGS.mixed_precision == "none" else FLAGS.mixed_precision
     peak = FLAGS.peak_tflops * 1e12 if FLAGS.peak_tflops else None
-    results = train_or_eval(config, strategy, FLAGS.jit_compile, precision, peak)
-  except (ValueError, FileNotFoundError, training.ModelDirError,
-          training.CheckpointSaveError, training.NonFiniteLossError) as e:
+    check = {"auto": None, "true": True, "false": False}[FLAGS.check_data]
+    results = train_or_eval(config, strategy, FLAGS.jit_compile, precision, peak,
+                            check_data=check)
+  except (ValueError, FileNotFoundError, training.ModelDirError, training.CheckpointSaveError,
+          training.NonFiniteLossError, training.InputDataError) as e:
     sys.exit(f"run_pretraining.py: error: {e}")
   if "eval" in results:
     log(json.dumps(results["eval"], sort_keys=True))

@@ -92,7 +92,7 @@ class ModelRunner:
     def dataset_fn(ctx):
       batch = ctx.get_per_replica_batch_size(c.train_batch_size)
       return features.input_dataset(path, self.pre.specs, batch, is_training=True,
-                                    seed=self.seed)
+                                    seed=self.seed, vocab_size=c.vocab_size)
 
     log(f"Training for {steps} steps ({n_records} records, batch {c.train_batch_size}, "
         f"{c.num_train_epochs} epochs)")
@@ -140,7 +140,8 @@ class ModelRunner:
 
     def dataset_fn(ctx):
       batch = ctx.get_per_replica_batch_size(c.eval_batch_size)
-      return features.input_dataset(path, self.pre.specs, batch, is_training=False)
+      return features.input_dataset(path, self.pre.specs, batch, is_training=False,
+                                    vocab_size=c.vocab_size)
 
     padding_id = len(self.tasks)
     for batch in strategy.distribute_datasets_from_function(dataset_fn):

@@ -20,7 +20,7 @@ from typing import Any
 
 import tensorflow as tf
 
-from electra_tf import checkpoints, flops, training
+from electra_tf import checkpoints, flops, tokenization, training
 from electra_tf.console import log
 from electra_tf.optimization import create_optimizer
 from electra_tf.pretraining import data
@@ -37,10 +37,7 @@ def check_inputs(config: Any) -> None:
   """One-line errors for a wrong run setup, before anything is built."""
   if not (config.do_train or config.do_eval):
     raise ValueError("nothing to do: set do_train and/or do_eval")
-  if not tf.io.gfile.exists(config.vocab_file):
-    raise FileNotFoundError(f"vocab file not found: {config.vocab_file}")
-  with tf.io.gfile.GFile(config.vocab_file) as f:
-    n_tokens = sum(1 for _ in f)
+  n_tokens = len(tokenization.vocab_lines(config.vocab_file))  # missing / non-UTF-8: one line
   if n_tokens != config.vocab_size:
     raise ValueError(f"vocab file {config.vocab_file} has {n_tokens} tokens but the vocab_size "
                      f"hparam is {config.vocab_size}; set \"vocab_size\": {n_tokens}")
@@ -94,7 +91,8 @@ def dataset_fn(config: Any, is_training: bool, seed: int | None) -> Callable:
 
   def fn(ctx):
     return data.pretraining_dataset(config.pretrain_tfrecords, batch_size, config.max_seq_length,
-                                    is_training=is_training, seed=seed, input_context=ctx)
+                                    is_training=is_training, seed=seed, input_context=ctx,
+                                    vocab_size=config.vocab_size)
 
   return fn
 
@@ -115,7 +113,9 @@ def init_from_checkpoint(model: PretrainingModel, optimizer: Any, path: str,
   inner = getattr(optimizer, "inner_optimizer", optimizer)  # float16 loss scaling wrapper
   if not checkpoints.is_tf1_checkpoint(prefix):
     global_step = tf.Variable(0, dtype=tf.int64, trainable=False)
-    status = tf.train.Checkpoint(model=model, optimizer=optimizer, step=global_step).read(prefix)
+    with checkpoints.reading(prefix):
+      status = tf.train.Checkpoint(model=model, optimizer=optimizer, step=global_step).read(
+          prefix)
     try:
       status.assert_existing_objects_matched()
     except AssertionError as e:
