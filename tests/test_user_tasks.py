@@ -5,10 +5,10 @@ import json
 
 import numpy as np
 import pytest
+from helpers import user_data
 
 from electra_tf.finetuning import features, registry, user_metrics
 from electra_tf.finetuning.task import DataError
-from tests.helpers import user_data
 
 SEQ = 64
 PAIRS = [("sst", "movie_reviews"), ("mrpc", "paraphrase"), ("sts", "similarity"),
