@@ -215,3 +215,16 @@ def test_model_rejects_parts_that_do_not_fit_the_objective():
   with pytest.raises(ValueError, match=r"parts not built .*: discriminator, discriminator_head$"):
     PretrainingModel(_objective(generator=obj.UNIFORM), discriminator=tower,
                      discriminator_head=DiscriminatorHead(16))
+
+
+@pytest.mark.parametrize("flags", [{}, {"untied_generator_embeddings": True},
+                                   {"two_tower_generator": True}])
+def test_builder_uses_one_hot_word_embeddings_on_tpu(flags, tmp_path):
+  """Official ``use_one_hot_embeddings = use_tpu`` on every tower of the pre-training model."""
+  for use_tpu in (False, True):
+    config = PretrainingConfig("m", str(tmp_path), **TINY, **flags, use_tpu=use_tpu)
+    model = build_pretraining_model(config, VOCAB)
+    towers = [getattr(model, n) for n in ("discriminator", "generator", "generator_ltr",
+                                          "generator_rtl") if getattr(model, n) is not None]
+    assert len(towers) >= 2
+    assert {t.embeddings.use_one_hot_embeddings for t in towers} == {use_tpu}
