@@ -88,16 +88,17 @@ class FinetunedExport(tf.Module):
       name = names[task_name]
       if not name.startswith("classify"):
         continue
-      ids_fn = self._functions[name]
-
-      def from_text(text_a, text_b, ids_fn=ids_fn):
-        inputs = self.featurizer.featurize(text_a, text_b)
-        return ids_fn(inputs["input_ids"], inputs["input_mask"], inputs["segment_ids"])
-
       text_name = name.replace("classify", "classify_text", 1)
-      fn = tf.function(from_text, input_signature=TEXT_SIGNATURE)
+      fn = tf.function(self._from_text(self._functions[name]), input_signature=TEXT_SIGNATURE)
       self._functions[text_name] = fn
       setattr(self, text_name, fn)
+
+  def _from_text(self, ids_fn):
+    """A function of (text_a, text_b) [B] strings that featurises them and calls ``ids_fn``."""
+    def from_text(text_a, text_b):
+      inputs = self.featurizer.featurize(text_a, text_b)
+      return ids_fn(inputs["input_ids"], inputs["input_mask"], inputs["segment_ids"])
+    return from_text
 
   def _sequence_output(self, input_ids, input_mask, segment_ids):
     encoded = self._model_ref().encoder(input_ids, input_mask, segment_ids, training=False)
