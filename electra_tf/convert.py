@@ -69,7 +69,7 @@ def convert(checkpoint: str, hparams: str | dict, output_dir: str, hf: bool = Fa
   if source.message:
     log(source.message)
   vocab_file = vocab_file or source.vocab_file
-  config = PretrainingConfig("convert", output_dir, **source.hparams)
+  config = PretrainingConfig("convert", output_dir, **source.with_record(PretrainingConfig))
   # Special-token ids only matter for masking during training, never for the exports.
   model = build_pretraining_model(config, vocab={})
   variables = model.tf1_variables()
@@ -158,8 +158,8 @@ def convert_finetuned(checkpoint: str, hparams: str | dict, output_dir: str,
   source = model_source.describe(checkpoint, user, target="finetuning")
   if source.message:
     log(source.message)
-  merged = dict(source.hparams)
-  if source.vocab_file and "vocab_file" not in merged:
+  merged = source.with_record(FinetuningConfig)
+  if source.vocab_file and "vocab_file" not in user:
     merged["vocab_file"] = source.vocab_file
   config = FinetuningConfig("convert", data_dir or output_dir, **merged)
   tasks = registry.build_tasks(config)

@@ -28,12 +28,20 @@ from electra_tf import model_dir
 class ModelSource:
   """``hparams``: the user's merged with the stored / inferred shape; ``message``: the line to
   print about where the shape came from ("" when nothing described the model); ``vocab_file``:
-  the model's ``vocab.txt`` (None if it has none); ``hf``: the ``HFImport`` of an HF folder."""
+  the model's ``vocab.txt`` (None if it has none); ``hf``: the ``HFImport`` of an HF folder;
+  ``record``: the model's ``hparams.json`` as stored (training values included), or {}."""
 
   hparams: dict[str, Any]
   message: str = ""
   vocab_file: str | None = None
   hf: Any = None
+  record: dict[str, Any] = dataclasses.field(default_factory=dict)
+
+  def with_record(self, config_class: type) -> dict[str, Any]:
+    """``hparams`` over the recorded values that ``config_class`` takes: what a conversion
+    keeps of the run that trained the model (its learning rate, sequence length, ...)."""
+    names = {f.name for f in dataclasses.fields(config_class)}
+    return {**{k: v for k, v in self.record.items() if k in names}, **self.hparams}
 
 
 def is_hf(path: str | None) -> bool:
@@ -77,7 +85,7 @@ def describe(path: str | None, user: Mapping[str, Any], target: str = "pretraini
   if stored is not None:
     source = model_dir.hparams_source(path)
     merged = model_dir.merge_hparams(stored, user, source=source, target=target)
-    return ModelSource(merged, f"model shape from {source}", vocab_beside(path))
+    return ModelSource(merged, f"model shape from {source}", vocab_beside(path), record=stored)
   from electra_tf import checkpoints
 
   try:
