@@ -150,3 +150,47 @@ def test_official_checkpoint_without_hparams_is_inferred(reference_dir, tmp_path
     convert(str(copy), {"generator_hidden_size": 1.0}, str(tmp_path / "bad"))
   assert str(e.value) == (f"checkpoint {copy}/model.ckpt says generator_hidden_size 0.25 but "
                           "--hparams gives 1.0")
+
+
+@pytest.mark.parametrize("start", ["hf_folder", "convert_output"])
+def test_finetuning_and_pretraining_start_from_hf(hf_ref, hf_out, tmp_path, start):
+  """init_checkpoint = the HF folder itself, or convert's output folder: shape, vocabulary and
+  weights come from it."""
+  from electra_tf.finetuning import registry
+  from electra_tf.finetuning.model import create_model, load_init_checkpoint
+  from electra_tf.model_source import finetuning_config, pretraining_config
+  from electra_tf.pretraining.builder import build_pretraining_model
+  from electra_tf.pretraining.task import init_from_checkpoint
+
+  out, _ = hf_out
+  path = str(hf_ref if start == "hf_folder" else out)
+  (tmp_path / "finetuning_data" / "rte").mkdir(parents=True)
+  lines = []
+  config = finetuning_config("m", str(tmp_path), {"init_checkpoint": path, "task_names": ["rte"]},
+                             lines.append)
+  assert lines[0].startswith("Hugging Face ELECTRA: " if start == "hf_folder" else
+                             f"model shape from hparams.json in {out}")
+  assert (config.embedding_size, config.vocab_size) == (128, 30522)
+  assert open(config.vocab_file, "rb").read() == (hf_ref / "discriminator" /
+                                                  "vocab.txt").read_bytes()
+  model = create_model(config, registry.build_tasks(config))
+  report = load_init_checkpoint(model, path)
+  assert report.missing == ("task_specific/rte/dense/bias", "task_specific/rte/dense/kernel")
+  reader = tf.train.load_checkpoint(str(out / "tf1" / "model.ckpt"))
+  for name, variable in model.tf1_variables().items():
+    if name.startswith("electra/"):
+      np.testing.assert_array_equal(variable.numpy(), reader.get_tensor(name), name)
+  # Continued pre-training: the same shape, every weight loaded, step 0.
+  pre = pretraining_config("m", str(tmp_path), {"init_checkpoint": path, "learning_rate": 1e-4})
+  assert (pre.generator_hidden_size, pre.embedding_size) == (0.25, 128)
+  model = build_pretraining_model(pre, vocab={})
+
+  class NoSlots:
+    iterations = tf.Variable(5, dtype=tf.int64)
+
+    def tf1_slot_variables(self):
+      return {}
+
+  assert init_from_checkpoint(model, NoSlots(), path, log_fn=lines.append) == 0
+  for name, variable in model.tf1_variables().items():
+    np.testing.assert_array_equal(variable.numpy(), reader.get_tensor(name), name)
