@@ -145,6 +145,16 @@ def test_official_checkpoint_without_hparams_is_inferred(reference_dir, tmp_path
   for field in ("vocab_size", "embedding_size", "generator_hidden_size", "generator_layers",
                 "electra_objective", "untied_generator_embeddings", "do_lower_case"):
     assert stored[field] == resolved[field], field
+  # The same inference when the checkpoint starts a pre-training or fine-tuning run.
+  from electra_tf.model_source import finetuning_config, pretraining_config
+
+  lines = []
+  pre = pretraining_config("m", str(tmp_path), {"init_checkpoint": str(copy)}, lines.append)
+  assert lines == [line] and pre.embedding_size == 128 and pre.generator_hidden_size == 0.25
+  (tmp_path / "finetuning_data" / "rte").mkdir(parents=True)
+  ft = finetuning_config("m", str(tmp_path), {"init_checkpoint": str(copy),
+                                             "task_names": ["rte"]})
+  assert get_bert_config(ft) == bert and ft.vocab_file == str(copy / "vocab.txt")
   # A contradicting shape is one line naming both values.
   with pytest.raises(ValueError) as e:
     convert(str(copy), {"generator_hidden_size": 1.0}, str(tmp_path / "bad"))

@@ -26,6 +26,7 @@ TRAINING = {"max_seq_length": 32, "train_batch_size": 8, "eval_batch_size": 8,
             "num_train_steps": 2, "iterations_per_loop": 1, "save_checkpoints_steps": 2,
             "num_warmup_steps": 1, "seed": 3}
 WARNING = "Value in checkpoint could not be found"
+pytestmark = pytest.mark.slow  # subprocesses: a pre-training, a fine-tuning and two converts
 
 
 def _run(*args, timeout=300):

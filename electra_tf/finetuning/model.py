@@ -14,7 +14,8 @@ Initialisation (``load_init_checkpoint``):
 - our TF2 pre-training checkpoint (``tf.train.Checkpoint(model=PretrainingModel)``): the
   ``discriminator`` tower is restored into the encoder;
 - our TF2 fine-tuning checkpoint (``tf.train.Checkpoint(model=FinetuningModel)``): the encoder
-  and the heads of the tasks both runs share.
+  and the heads of the tasks both runs share;
+- a Hugging Face ELECTRA folder: its discriminator (``electra_tf.hf_import``) fills the encoder.
 """
 
 from __future__ import annotations
