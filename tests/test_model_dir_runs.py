@@ -133,3 +133,18 @@ def test_convert_takes_the_shape_from_the_model_dir_quietly(pretrained):
   assert proc.returncode == 1 and proc.stdout == ""
   assert proc.stderr.strip() == (f"convert: error: hparams.json in {home} says vocab_size "
                                  "3000 but --hparams gives 30522")
+
+
+def test_undescribed_checkpoint_with_wrong_shape_fails_on_one_line(pretrained, tmp_path):
+  """Our TF2 checkpoint without its hparams.json, converted with the default shape: the
+  issue's case. One error line, none of TensorFlow's restore warnings."""
+  home = pretrained / "models" / "tiny"
+  bare = tmp_path / "bare"
+  bare.mkdir()
+  for path in home.iterdir():
+    if path.name.startswith("ckpt-") or path.name == "checkpoint":
+      (bare / path.name).write_bytes(path.read_bytes())
+  proc = _run("-m", "electra_tf.convert", f"--checkpoint={bare}", f"--output_dir={tmp_path}/o")
+  assert proc.returncode == 1 and WARNING not in proc.stdout + proc.stderr
+  lines = proc.stderr.strip().splitlines()
+  assert len(lines) == 1 and lines[0].startswith("convert: error: "), proc.stderr[-3000:]
