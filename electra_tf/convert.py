@@ -110,8 +110,8 @@ def convert(checkpoint: str, hparams: str | dict, output_dir: str, hf: bool = Fa
     from electra_tf.hf_export import export_hf
     hf_dir = os.path.join(output_dir, "hf")
     hf_folders = export_hf(variables, model.discriminator.config, model.generator_config,
-              config.embedding_size, hf_dir,
-              untied_generator_embeddings=config.untied_generator_embeddings)
+                           config.embedding_size, hf_dir,
+                           untied_generator_embeddings=config.untied_generator_embeddings)
   write_model_files(output_dir, config, vocab_file, list(hf_folders.values()))
   return {"tf2": tf2_prefix, "hf": hf_dir, "saved_model": os.path.join(output_dir, "saved_model"),
           "signatures": signatures, "tf1": tf1_prefix, "report": report,
