@@ -8,11 +8,14 @@ r"""Fine-tunes an ELECTRA model on GLUE, SQuAD / MRQA or CoNLL-2000 chunking (of
   D/models/M/                                  init checkpoint (official TF1 or ours), vocab.txt
   D/models/M/finetuning_tfrecords/<tasks>_tfrecords/   featurised TFRecord cache
   D/models/M/finetuning_models/<tasks>_model_<trial>/  fine-tuned weights (TF2 ckpt-<step>,
-                                                       tf1/model.ckpt with official names)
+                                                       tf1/model.ckpt with official names),
+                                                       hparams.json + vocab.txt
   D/models/M/results/<tasks>_results.{txt,pkl,json}    dev metrics of every trial + median
   D/models/M/test_predictions/                 test outputs (official pickles, GLUE submission
                                                TSVs, SQuAD 2.0 prediction JSON)
-``init_checkpoint`` defaults to D/models/M; set it to null in --hparams to train from random
+``init_checkpoint`` defaults to D/models/M (any model path convert takes, a Hugging Face
+ELECTRA folder included); its hparams.json, or its tensor shapes, give the model's shape and its
+vocab.txt the vocabulary, so --hparams needs only the task. Set it to null to train from random
 initialisation. Trial t (1-based) uses seed ``seed + t - 1`` when the ``seed`` hparam is set.
 Featurised data is cached and rebuilt when the data, vocab or a featurisation hparam changes.
 This script only parses flags; the work is ``electra_tf.finetuning.trials.run_finetuning``.
@@ -32,9 +35,11 @@ from absl import app, flags  # noqa: E402
 
 from electra_tf import training  # noqa: E402
 from electra_tf.cli import data_dir_and_model_name  # noqa: E402
-from electra_tf.config import FinetuningConfig, load_hparams  # noqa: E402
+from electra_tf.config import load_hparams  # noqa: E402
+from electra_tf.console import log  # noqa: E402
 from electra_tf.finetuning.task import DataError  # noqa: E402
 from electra_tf.finetuning.trials import run_finetuning  # noqa: E402
+from electra_tf.model_source import finetuning_config  # noqa: E402
 
 __all__ = ["run_finetuning"]  # the library's trial loop, importable from here as before
 
@@ -56,7 +61,7 @@ def main(argv: Sequence[str]) -> None:
   data_dir, model_name = data_dir_and_model_name(list(argv))
   tf.get_logger().setLevel("ERROR")  # as the official script
   try:
-    config = FinetuningConfig(model_name, data_dir, **load_hparams(FLAGS.hparams))
+    config = finetuning_config(model_name, data_dir, load_hparams(FLAGS.hparams), log)
     strategy = training.get_strategy(FLAGS.distribution_strategy, FLAGS.num_gpus)
     run_finetuning(config, strategy, FLAGS.use_tfds, FLAGS.tfds_data_dir)
   except (ValueError, FileNotFoundError, DataError, training.InputDataError) as e:

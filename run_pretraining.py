@@ -5,14 +5,18 @@ r"""Pre-trains ELECTRA, Electric or a masked LM (official ``run_pretraining.py``
 (``--data-dir`` / ``--model-name`` also work.) Layout, as official:
   D/pretrain_tfrecords/pretrain_data.tfrecord*   examples (data_prep/build_pretraining_dataset.py)
   D/vocab.txt                                    WordPiece vocabulary (vocab_size lines)
-  D/models/M/                                    checkpoints ckpt-<step>, TensorBoard events
+  D/models/M/                                    checkpoints ckpt-<step>, TensorBoard events,
+                                                 hparams.json + vocab.txt (the model's shape)
   D/models/M/eval/                               eval TensorBoard events
   D/models/M/results/unsup_results.txt           eval metrics (``do_eval``)
 
-Rerunning the same command resumes from the latest checkpoint in D/models/M. With no checkpoint
-there, the ``init_checkpoint`` hparam (an official TF1 checkpoint, or one of ours) gives the
-starting weights, Adam slots if it has them, and the global step (so, as the official README
-says for the released models, raise ``num_train_steps`` past the checkpoint's step).
+Rerunning the same command resumes from the latest checkpoint in D/models/M, whose
+hparams.json gives the model's shape (a --hparams value contradicting it is an error). With
+no checkpoint there, the ``init_checkpoint`` hparam (an official TF1 checkpoint, one of ours,
+a convert output folder or a Hugging Face ELECTRA folder; its shape is read or inferred from
+it) gives the starting weights, Adam slots if it has them, and the global step (so, as the
+official README says for the released models, raise ``num_train_steps`` past the checkpoint's
+step).
 ``do_train`` then ``do_eval`` (the official allows only one; both is train, then evaluate).
 
 Randomness: the ``seed`` hparam seeds initialisation, dropout, the data order, and masking and
@@ -83,7 +87,7 @@ def train_or_eval(config: Any, strategy: Any = None, jit_compile: bool = False,
   """
   import tensorflow as tf
 
-  from electra_tf import training
+  from electra_tf import model_dir, training
   from electra_tf.pretraining import data_check, task
 
   if (config.do_eval and not config.do_train and not config.init_checkpoint
@@ -101,6 +105,7 @@ def train_or_eval(config: Any, strategy: Any = None, jit_compile: bool = False,
   results: dict[str, dict[str, float]] = {}
   start = run.trainer.restore_or_initialize()
   if config.do_train:
+    model_dir.write_model_files(config.model_dir, config, config.vocab_file)
     log_fn("=" * 80 + f"\nRunning training from step {start}\n" + "=" * 80)
     # A resumed run reseeds the data order instead of replaying the first batches again.
     data_seed = None if config.seed is None else config.seed + start
@@ -118,10 +123,11 @@ def train_or_eval(config: Any, strategy: Any = None, jit_compile: bool = False,
 def main(argv: Sequence[str]) -> None:
   data_dir, model_name = data_dir_and_model_name(list(argv))
   os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
-  from electra_tf.config import PretrainingConfig, load_hparams
+  from electra_tf.config import load_hparams
+  from electra_tf.model_source import pretraining_config
 
   try:  # hparams first: their errors need no model building
-    config = PretrainingConfig(model_name, data_dir, **load_hparams(FLAGS.hparams))
+    config = pretraining_config(model_name, data_dir, load_hparams(FLAGS.hparams), log)
   except ValueError as e:
     sys.exit(f"run_pretraining.py: error: {e}")
   from electra_tf import training

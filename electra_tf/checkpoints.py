@@ -75,7 +75,7 @@ def resolve_checkpoint(path: str) -> str:
     latest = tf.train.latest_checkpoint(path)
     if latest:
       return latest
-    for name in ("model.ckpt", "ckpt"):
+    for name in ("model.ckpt", "ckpt", "tf1/model.ckpt"):  # tf1/: a convert output folder
       if tf.io.gfile.exists(os.path.join(path, name + ".index")):
         return os.path.join(path, name)
     raise FileNotFoundError(f"no checkpoint found in directory {path}")

@@ -1,13 +1,21 @@
-r"""Convert an official (TF1) or electra-tf (TF2) pre-training checkpoint.
+r"""Convert an official (TF1), electra-tf (TF2) or Hugging Face ELECTRA checkpoint.
 
-  python -m electra_tf.convert --checkpoint <TF1 prefix or dir | our TF2 checkpoint> \
-      --hparams <JSON dict or .json file, official form> --output_dir <dir>
+  python -m electra_tf.convert --checkpoint <model dir | TF1 prefix or dir | TF2 checkpoint |
+      Hugging Face folder> [--generator_checkpoint <HF folder>] [--hparams <JSON or .json>] \
+      --output_dir <dir>
+
+The model's shape comes from the checkpoint: ``hparams.json`` in a model directory, else the
+tensor shapes of an official checkpoint (one line says what was inferred), else an HF
+``config.json`` (``electra_tf.model_source``); ``--hparams`` only adds to it, and contradicting
+it is a one-line error.
 
 writes ``<output_dir>/tf2/`` (object checkpoint), ``<output_dir>/saved_model/`` (``rtd`` and
 ``mlm`` signatures, see ``electra_tf.export``), ``<output_dir>/tf1/`` (``model.ckpt`` +
 ``checkpoint``, official names, readable by the official code) and ``<output_dir>/hf/``
 (``discriminator/`` for ``ElectraForPreTraining``, ``generator/`` for ``ElectraForMaskedLM``),
-plus ``<output_dir>/encoder/``, a TF-Hub-style encoder SavedModel. With ``task_names`` in the
+plus ``<output_dir>/encoder/``, a TF-Hub-style encoder SavedModel. ``<output_dir>`` and each
+of these folders hold ``hparams.json`` and ``vocab.txt`` (``electra_tf.model_dir``); the hf/
+folders the tokenizer files and every SavedModel ``assets/vocab.txt``. With ``task_names`` in the
 hparams the checkpoint is a fine-tuned model: the SavedModel then has the task signatures
 (``classify``, ``squad``, ``tag``) and ``--data_dir`` names the fine-tuning data layout.
 """
@@ -19,9 +27,11 @@ import sys
 
 from absl import app, flags, logging
 
-from electra_tf.console import log
+from electra_tf import model_dir, model_source
+from electra_tf.console import log, one_line_errors, quiet
 
 FLAGS = flags.FLAGS
+EXPORTS = ("tf1", "tf2", "saved_model", "encoder", "hf")  # the folders under --output_dir
 
 
 def define_flags() -> None:
@@ -32,15 +42,22 @@ def define_flags() -> None:
   flags.DEFINE_string("output_dir", None, "Where tf2/, saved_model/, tf1/ and hf/ are written.")
   flags.DEFINE_string("data_dir", None, "Fine-tuned models only (hparams with task_names): the "
                       "official data_dir with vocab.txt and finetuning_data/<task>/ (label lists).")
+  flags.DEFINE_string("generator_checkpoint", None, "A Hugging Face ElectraForMaskedLM folder "
+                      "to pair with a Hugging Face discriminator --checkpoint.")
+  flags.DEFINE_string("vocab_file", None, "vocab.txt to ship with the exports (default: the "
+                      "one beside the checkpoint).")
+  flags.DEFINE_bool("verbose", False, "Show library logs and tracebacks.")
   flags.DEFINE_bool("hf", True, "Also write Hugging Face folders under <output_dir>/hf "
                     "(skipped for Electric, which has no Hugging Face class).")
   flags.DEFINE_bool("overwrite", False, "Replace a non-empty --output_dir whole (the new export "
                     "is written to a temporary sibling folder and renamed into place).")
 
 
-def convert(checkpoint: str, hparams: str | dict, output_dir: str,
-            hf: bool = False) -> dict[str, object]:
-  """Loads ``checkpoint`` into the model ``hparams`` describe and writes the three formats."""
+def convert(checkpoint: str, hparams: str | dict, output_dir: str, hf: bool = False,
+            generator_checkpoint: str | None = None,
+            vocab_file: str | None = None) -> dict[str, object]:
+  """Loads ``checkpoint`` (see the module docstring) into the model its stored / inferred
+  shape and ``hparams`` describe and writes every format."""
   import numpy as np
   import tensorflow as tf
 
@@ -49,13 +66,23 @@ def convert(checkpoint: str, hparams: str | dict, output_dir: str,
   from electra_tf.export import export_encoder_saved_model, export_saved_model
   from electra_tf.pretraining.builder import build_pretraining_model
 
-  config = PretrainingConfig("convert", output_dir, **load_hparams(hparams))
+  source = model_source.describe(checkpoint, load_hparams(hparams),
+                                 generator=generator_checkpoint)
+  if source.message:
+    log(source.message)
+  vocab_file = vocab_file or source.vocab_file
+  config = PretrainingConfig("convert", output_dir, **source.with_record(PretrainingConfig))
   # Special-token ids only matter for masking during training, never for the exports.
   model = build_pretraining_model(config, vocab={})
   variables = model.tf1_variables()
-  prefix = checkpoints.resolve_checkpoint(checkpoint)
   global_step = 0
-  if checkpoints.is_tf1_checkpoint(prefix):
+  prefix = None if source.hf is not None else checkpoints.resolve_checkpoint(checkpoint)
+  if source.hf is not None:
+    from electra_tf.hf_import import assign
+
+    assign(variables, source.hf.variables)
+    report = None
+  elif checkpoints.is_tf1_checkpoint(prefix):
     report = checkpoints.load_tf1_checkpoint(variables, prefix, allow_unused=False)
     with checkpoints.reading(prefix):
       reader = tf.train.load_checkpoint(prefix)
@@ -73,24 +100,44 @@ def convert(checkpoint: str, hparams: str | dict, output_dir: str,
   step_var = tf.Variable(global_step, dtype=tf.int64)
   tf2_prefix = tf.train.Checkpoint(model=model, step=step_var).write(
       os.path.join(output_dir, "tf2", "ckpt"))
-  signatures = export_saved_model(model, os.path.join(output_dir, "saved_model"))
+  signatures = export_saved_model(model, os.path.join(output_dir, "saved_model"), vocab_file)
   if model.discriminator is not None:
-    export_encoder_saved_model(model.discriminator, os.path.join(output_dir, "encoder"))
+    export_encoder_saved_model(model.discriminator, os.path.join(output_dir, "encoder"),
+                               vocab_file)
   tf1_prefix = checkpoints.save_tf1_checkpoint(
       {k: v for k, v in variables.items()}, os.path.join(output_dir, "tf1"),
       global_step=np.int64(global_step))
-  hf_dir = None
+  hf_dir, hf_folders = None, {}
   if hf and config.electric_objective:
     logging.warning("Electric has no Hugging Face model class: skipping the hf/ export")
   elif hf:
     from electra_tf.hf_export import export_hf
     hf_dir = os.path.join(output_dir, "hf")
-    export_hf(variables, model.discriminator.config, model.generator_config,
-              config.embedding_size, hf_dir,
-              untied_generator_embeddings=config.untied_generator_embeddings)
+    hf_folders = export_hf(variables, model.discriminator.config, model.generator_config,
+                           config.embedding_size, hf_dir,
+                           untied_generator_embeddings=config.untied_generator_embeddings)
+  write_model_files(output_dir, config, vocab_file, list(hf_folders.values()))
   return {"tf2": tf2_prefix, "hf": hf_dir, "saved_model": os.path.join(output_dir, "saved_model"),
           "signatures": signatures, "tf1": tf1_prefix, "report": report,
           "global_step": global_step}
+
+
+def write_model_files(output_dir: str, config: object, vocab_file: str | None,
+                      hf_folders: list[str] = ()) -> None:
+  """``hparams.json`` + ``vocab.txt`` into ``output_dir`` and each of its exports, and the
+  tokenizer files into each Hugging Face folder, so every output describes itself."""
+  from electra_tf.config import get_bert_config
+  from electra_tf.hf_tokenizer import write_tokenizer_files
+
+  if not vocab_file:
+    log(f"no vocab.txt beside the checkpoint: {output_dir} gets none (pass --vocab_file)")
+  for sub in ("",) + EXPORTS:
+    folder = os.path.join(output_dir, sub)
+    if os.path.isdir(folder):
+      model_dir.write_model_files(folder, config, vocab_file)
+  for folder in hf_folders if vocab_file else ():
+    write_tokenizer_files(folder, vocab_file, config.do_lower_case,
+                          get_bert_config(config).max_position_embeddings)
 
 
 def convert_finetuned(checkpoint: str, hparams: str | dict, output_dir: str,
@@ -108,7 +155,17 @@ def convert_finetuned(checkpoint: str, hparams: str | dict, output_dir: str,
   from electra_tf.finetuning.export import export_finetuned_saved_model
   from electra_tf.finetuning.model import create_model, load_init_checkpoint
 
-  config = FinetuningConfig("convert", data_dir or output_dir, **load_hparams(hparams))
+  user = load_hparams(hparams)
+  stored = model_dir.read_model_hparams(checkpoint) or {}
+  if "task_names" not in user and "task_names" in stored:
+    user["task_names"] = stored["task_names"]
+  source = model_source.describe(checkpoint, user, target="finetuning")
+  if source.message:
+    log(source.message)
+  merged = source.with_record(FinetuningConfig)
+  if source.vocab_file and "vocab_file" not in user:
+    merged["vocab_file"] = source.vocab_file
+  config = FinetuningConfig("convert", data_dir or output_dir, **merged)
   tasks = registry.build_tasks(config)
   model = create_model(config, tasks)
   report = load_init_checkpoint(model, checkpoint)
@@ -118,12 +175,24 @@ def convert_finetuned(checkpoint: str, hparams: str | dict, output_dir: str,
                      "of these task_names?)")
   tf2_prefix = tf.train.Checkpoint(model=model).write(os.path.join(output_dir, "tf2", "ckpt"))
   saved_model = os.path.join(output_dir, "saved_model")
-  signatures = export_finetuned_saved_model(model, tasks, saved_model)
-  export_encoder_saved_model(model.encoder, os.path.join(output_dir, "encoder"))
+  signatures = export_finetuned_saved_model(model, tasks, saved_model, config.vocab_file,
+                                            config.do_lower_case, config.max_seq_length)
+  export_encoder_saved_model(model.encoder, os.path.join(output_dir, "encoder"),
+                             config.vocab_file)
   tf1_prefix = checkpoints.save_tf1_checkpoint(model.tf1_variables(),
                                                os.path.join(output_dir, "tf1"))
+  write_model_files(output_dir, config, config.vocab_file)
   return {"tf2": tf2_prefix, "saved_model": saved_model, "signatures": sorted(signatures),
           "tf1": tf1_prefix, "hf": None, "report": report}
+
+
+def is_finetuned(checkpoint: str, hparams: dict) -> bool:
+  """A fine-tuned model: ``task_names`` in the hparams or in the model's ``hparams.json``."""
+  if "task_names" in hparams:
+    return True
+  if model_source.is_hf(checkpoint):
+    return False
+  return "task_names" in (model_dir.read_model_hparams(checkpoint) or {})
 
 
 def main(argv):
@@ -134,20 +203,21 @@ def main(argv):
   from electra_tf import staging
   from electra_tf.config import load_hparams
 
-  try:
+  with one_line_errors("convert", FLAGS.verbose):
     with staging.staged_dir(FLAGS.output_dir, FLAGS.overwrite) as stage:
-      if "task_names" in load_hparams(FLAGS.hparams):
+      if is_finetuned(FLAGS.checkpoint, load_hparams(FLAGS.hparams)):
         result = convert_finetuned(FLAGS.checkpoint, FLAGS.hparams, stage, FLAGS.data_dir)
       else:
-        result = convert(FLAGS.checkpoint, FLAGS.hparams, stage, hf=FLAGS.hf)
+        result = convert(FLAGS.checkpoint, FLAGS.hparams, stage, hf=FLAGS.hf,
+                         generator_checkpoint=FLAGS.generator_checkpoint,
+                         vocab_file=FLAGS.vocab_file)
     result = staging.relocate(result, stage, FLAGS.output_dir)
-  except (FileNotFoundError, ValueError) as e:
-    sys.exit(f"convert: error: {e}")
   log(f"wrote {result['tf2']}, {result['saved_model']} (signatures: "
         f"{', '.join(result['signatures'])}), {result['tf1']}"
         + (f", {result['hf']}" if result["hf"] else ""))
 
 
 if __name__ == "__main__":
+  quiet(sys.argv)
   define_flags()
   app.run(main)

@@ -51,12 +51,21 @@ class PretrainingExport(tf.Module):
     return out
 
 
-def export_saved_model(model, export_dir: str) -> list[str]:
-  """Writes ``export_dir`` (a SavedModel); returns the signature names written."""
+def attach_vocab(module: tf.Module, vocab_file: str | None) -> None:
+  """Ships ``vocab_file`` in the SavedModel (``assets/vocab.txt``; ``module.vocab_file`` is
+  its path once loaded)."""
+  if vocab_file:
+    module.vocab_file = tf.saved_model.Asset(vocab_file)
+
+
+def export_saved_model(model, export_dir: str, vocab_file: str | None = None) -> list[str]:
+  """Writes ``export_dir`` (a SavedModel, ``vocab_file`` as its asset); returns the
+  signature names written."""
   module = PretrainingExport(model)
   signatures = module.signatures()
   if not signatures:
     raise ValueError("model has neither a discriminator head nor a generator head to export")
+  attach_vocab(module, vocab_file)
   tf.saved_model.save(module, export_dir, signatures=signatures)
   return sorted(signatures)
 
@@ -64,8 +73,9 @@ def export_saved_model(model, export_dir: str) -> list[str]:
 _HUB_INPUTS = {"input_word_ids": _IDS, "input_mask": _IDS, "input_type_ids": _IDS}
 
 
-def export_encoder_saved_model(encoder, export_dir: str) -> None:
-  """Writes a TF-Hub-style encoder SavedModel (the discriminator / fine-tuning encoder).
+def export_encoder_saved_model(encoder, export_dir: str, vocab_file: str | None = None) -> None:
+  """Writes a TF-Hub-style encoder SavedModel (the discriminator / fine-tuning encoder) with
+  ``vocab_file`` as its asset (``obj.vocab_file``).
 
   ``obj = tf.saved_model.load(export_dir)``; ``obj(inputs, training=False)`` takes the TF Hub
   BERT input dict (int32 [B, T] ``input_word_ids``, ``input_mask``, ``input_type_ids``) and
@@ -93,6 +103,7 @@ def export_encoder_saved_model(encoder, export_dir: str) -> None:
   root.variables = list(encoder.variables)
   root.trainable_variables = list(encoder.trainable_variables)
   root.regularization_losses = []
+  attach_vocab(root, vocab_file)
   root.__call__ = tf.function(call, input_signature=[_HUB_INPUTS, tf.TensorSpec([], tf.bool)])
   serving = tf.function(serve, input_signature=[_IDS, _IDS, _IDS])
   tf.saved_model.save(root, export_dir,

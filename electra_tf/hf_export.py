@@ -12,7 +12,8 @@ Weights are written with ``safetensors.numpy`` (no torch needed). The name table
 ``transformers/models/electra/modeling_electra.py``: torch ``Linear`` weights are [out, in], so
 kernels are transposed; LayerNorm gamma -> ``weight``, beta -> ``bias``; ``dense_1`` of the
 discriminator head -> ``dense_prediction``; ``generator_predictions/output_bias`` ->
-``generator_lm_head.bias`` and ``generator_lm_head.weight`` is the (tied) word-embedding table.
+``generator_lm_head.bias``; ``generator_lm_head.weight`` is the (tied) word-embedding table and,
+as in the files transformers writes, not stored.
 Electric's two-tower cloze generator has no HF class and is rejected.
 """
 
@@ -80,9 +81,10 @@ def _as_array(value: Any) -> np.ndarray:
 
 def _take(variables: Mapping[str, np.ndarray], table: HfTable) -> dict[str, np.ndarray]:
   """HF name -> array for every row of ``table``; a missing variable or a wrong shape is an
-  error. Alias rows (the tied ``generator_lm_head.weight``) repeat their TF1 tensor."""
+  error. Alias rows (the tied ``generator_lm_head.weight``) are left out, as transformers'
+  ``save_pretrained`` leaves out tied weights (``tie_word_embeddings`` restores them)."""
   out = {}
-  for row in table.rows:
+  for row in table.primary_rows:
     if row.tf_name not in variables:
       raise ValueError(f"HF export needs variable {row.tf_name!r}, which is missing")
     array = variables[row.tf_name]

@@ -197,6 +197,25 @@ def _ascii_byte_table(do_lower_case: bool) -> tuple[bytes, bytes]:
   return bytes(table), bytes(delete)
 
 
+def tokens_by_id(vocab: Mapping[str, int]) -> list[str]:
+  """The token list tf-text's WordPiece wants (unique, non-empty, id = position) for ``vocab``.
+
+  Ids the official dict can never return (earlier duplicates, holes, "") get U+FFFD names,
+  which the official `_clean_text` always deletes from the input.
+  """
+  inv_vocab = {v: k for k, v in vocab.items()}
+  return [inv_vocab.get(i) or f"\ufffd{i}" for i in range(max(vocab.values()) + 1)]
+
+
+def wordpiece_for_words(vocab: Mapping[str, int]) -> tf_text.FastWordpieceTokenizer:
+  """tf-text WordPiece over ``vocab`` for text already split into official basic tokens
+  (a word of up to MAX_CHARS_PER_WORD characters, 4 bytes each in UTF-8)."""
+  return tf_text.FastWordpieceTokenizer(
+      tokens_by_id(vocab), suffix_indicator="##", max_bytes_per_word=4 * MAX_CHARS_PER_WORD,
+      token_out_type=tf.int64, unknown_token=UNK_TOKEN, no_pretokenization=True,
+      support_detokenization=False)
+
+
 class FastTokenizer:
   """Batched tokenizer on tensorflow-text; ids identical to `FullTokenizer` on every line.
 
@@ -219,10 +238,7 @@ class FastTokenizer:
     self._clean_map[0x0A] = "\n"  # the line separator of a joined batch
     self._split_map = _CharMap(self._split_char)
     self._ascii_table, self._ascii_delete = _ascii_byte_table(do_lower_case)
-    # tf-text wants unique, non-empty tokens with id = position: ids the official dict can never
-    # return (earlier duplicates, holes, "") get U+FFFD names, which `_clean_text` always deletes.
-    self._tokens_by_id = [self.inv_vocab.get(i) or f"\ufffd{i}"
-                          for i in range(max(self.vocab.values()) + 1)]
+    self._tokens_by_id = tokens_by_id(self.vocab)
     # ASCII lines: byte limit == char limit; split rules checked equal for all ASCII chars.
     self._ascii_tokenizer = self._wordpiece(MAX_CHARS_PER_WORD, no_pretokenization=False)
     # Other lines: normalised here and split into words; 200 chars are up to 800 bytes.

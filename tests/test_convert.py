@@ -83,15 +83,20 @@ def test_convert_with_wrong_generator_size_fails_on_one_line(reference_dir, tmp_
   hparams["generator_hidden_size"] = 1.0
   with pytest.raises(ValueError) as err:
     convert(str(folder / "model.ckpt"), hparams, str(tmp_path))
-  assert "shape mismatch for generator/" in str(err.value) and "\n" not in str(err.value)
+  # The folder's hparams.json describes the checkpoint: the contradiction is named up front.
+  assert str(err.value) == (f"hparams.json in {folder} says generator_hidden_size 0.25 but "
+                            "--hparams gives 1.0")
 
 
 def test_convert_with_other_objective_fails(reference_dir, tmp_path):
-  # The Electric checkpoint read as a plain ELECTRA model: its towers are unused.
+  # The Electric checkpoint read as a plain ELECTRA model: its hparams.json says otherwise.
   folder = reference_dir / "electric_2l"
-  with pytest.raises(ValueError, match="lacks|does not use"):
-    convert(str(folder / "model.ckpt"), str(reference_dir / "electra_small_2l" / "hparams.json"),
-            str(tmp_path))
+  hparams = json.loads((reference_dir / "electra_small_2l" / "hparams.json").read_text())
+  hparams.update(electra_objective=True, electric_objective=False, two_tower_generator=False)
+  with pytest.raises(ValueError) as err:
+    convert(str(folder / "model.ckpt"), hparams, str(tmp_path))
+  assert str(err.value) == (f"hparams.json in {folder} says electra_objective false but "
+                            "--hparams gives true")
 
 
 @pytest.mark.slow
@@ -136,7 +141,8 @@ def test_convert_finetuned_model_task_signatures(reference_dir, tmp_path):
   hparams["task_names"] = ["rte", "sts", "squad"]  # chunk's head is then left unused
   result = convert_finetuned(str(folder / "model.ckpt"), hparams, str(tmp_path / "out"),
                              str(data_dir))
-  assert result["signatures"] == ["classify_rte", "classify_sts", "squad"]
+  assert result["signatures"] == ["classify_rte", "classify_sts", "classify_text_rte",
+                                  "classify_text_sts", "squad"]
   loaded = tf.saved_model.load(result["saved_model"])
 
   def run(name, task):

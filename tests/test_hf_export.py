@@ -121,7 +121,8 @@ def _check_tensors(folder, variables, tower, embeddings, n_layers, has_project):
     covered.add(tf_name)
   # Every tensor HF's model holds is there.
   per_layer = 16  # q, k, v, attention out: 2 each; 2 LayerNorms: 2 each; 2 dense: 2 each
-  head = 4 if "discriminator_predictions.dense.weight" in tensors else 6
+  # generator head: dense, LayerNorm, output bias; the tied lm_head.weight is not stored
+  head = 4 if "discriminator_predictions.dense.weight" in tensors else 5
   assert len(tensors) == 5 + 2 * has_project + per_layer * n_layers + head
   return covered
 
@@ -194,7 +195,9 @@ def hf_generator_logits(folder, input_ids, attention_mask, token_type_ids):
   x = _hf_electra_model(cfg, p, input_ids, attention_mask, token_type_ids)
   x = _ACT["gelu"](_linear(p, "generator_predictions.dense", x))
   x = _layer_norm(p, "generator_predictions.LayerNorm", x, cfg["layer_norm_eps"])
-  return _linear(p, "generator_lm_head", x)
+  assert cfg["tie_word_embeddings"] and "generator_lm_head.weight" not in p
+  tied = {**p, "generator_lm_head.weight": p["electra.embeddings.word_embeddings.weight"]}
+  return _linear(tied, "generator_lm_head", x)  # tied output layer, as transformers loads it
 
 
 # ---------------------------------------------------------------- tests on the reference model
@@ -214,7 +217,7 @@ def test_reference_export_tensors_match_ours(reference):
   assert disc["discriminator_predictions.dense_prediction.weight"].shape == (1, 256)
   gen = load_file(str(out / "generator" / "model.safetensors"))
   assert gen["generator_predictions.dense.weight"].shape == (128, 64)
-  assert gen["generator_lm_head.weight"].shape == (30522, 128)
+  assert "generator_lm_head.weight" not in gen  # tied, as transformers writes it
   assert gen["electra.encoder.layer.1.intermediate.dense.weight"].shape == (256, 64)
 
 
@@ -375,7 +378,7 @@ def test_bad_inputs_are_clear_errors(tmp_path):
   from safetensors.numpy import save_file
   path = tmp_path / "ok" / "generator" / "model.safetensors"
   tensors = load_file(str(path))
-  tensors["generator_lm_head.weight"] = tensors["generator_lm_head.weight"] + 1.0
+  tensors["generator_lm_head.weight"] = tensors["electra.embeddings.word_embeddings.weight"] + 1
   save_file(tensors, str(path))
   with pytest.raises(ValueError, match="tied"):
     hf_export.load_hf_export(str(tmp_path / "ok"))

@@ -17,6 +17,12 @@ dynamic) featurised as for the task, and runs the encoder without dropout:
 - Tagging (``chunk``): ``tag`` -> ``logits`` [B, T, n_tags], ``predictions`` [B, T] for every
   token (the official head reads the first word piece of each word).
 
+With a vocabulary, every classify signature has a raw-text twin, ``classify_text(text_a,
+text_b)`` (string [B] each; ``text_b`` "" for single texts) with the same outputs: the text is
+tokenised and featurised inside the graph (``electra_tf.text_graph``, the ids of the official
+``FullTokenizer``, padded to ``max_seq_length``); loading it needs ``import tensorflow_text``.
+The vocabulary also ships as ``assets/vocab.txt``.
+
 A signature is named after its family (``classify``, ``squad``, ``tag``) when it is the only
 task of that family in the model, else ``<family>_<task>`` (e.g. ``classify_rte``).
 """
@@ -53,7 +59,8 @@ def signature_names(model: Any) -> dict[str, str]:
 class FinetunedExport(tf.Module):
   """Serving wrapper over a ``FinetuningModel`` (no training ops, no labels needed)."""
 
-  def __init__(self, model: Any, tasks: Sequence[Any]):
+  def __init__(self, model: Any, tasks: Sequence[Any], vocab_file: str | None = None,
+               do_lower_case: bool = True, max_seq_length: int = 128):
     super().__init__(name="electra_finetuned_export")
     # Track only the variables: saving the Keras model itself would also trace its call().
     self._model_ref = lambda: model
@@ -68,6 +75,30 @@ class FinetunedExport(tf.Module):
       fn = tf.function(self._make_fn(task_name), input_signature=[_IDS, _IDS, _IDS])
       self._functions[names[task_name]] = fn
       setattr(self, names[task_name], fn)  # tracked, so the SavedModel keeps it
+    if vocab_file:
+      self._add_text_signatures(names, vocab_file, do_lower_case, max_seq_length)
+
+  def _add_text_signatures(self, names: dict[str, str], vocab_file: str, do_lower_case: bool,
+                           max_seq_length: int) -> None:
+    """``classify_text[_<task>]`` beside each ``classify[_<task>]`` signature."""
+    from electra_tf.text_graph import TEXT_SIGNATURE, TextFeaturizer
+
+    self.featurizer = TextFeaturizer(vocab_file, do_lower_case, max_seq_length)
+    for task_name in self._tasks:
+      name = names[task_name]
+      if not name.startswith("classify"):
+        continue
+      text_name = name.replace("classify", "classify_text", 1)
+      fn = tf.function(self._from_text(self._functions[name]), input_signature=TEXT_SIGNATURE)
+      self._functions[text_name] = fn
+      setattr(self, text_name, fn)
+
+  def _from_text(self, ids_fn):
+    """A function of (text_a, text_b) [B] strings that featurises them and calls ``ids_fn``."""
+    def from_text(text_a, text_b):
+      inputs = self.featurizer.featurize(text_a, text_b)
+      return ids_fn(inputs["input_ids"], inputs["input_mask"], inputs["segment_ids"])
+    return from_text
 
   def _sequence_output(self, input_ids, input_mask, segment_ids):
     encoded = self._model_ref().encoder(input_ids, input_mask, segment_ids, training=False)
@@ -132,9 +163,15 @@ class FinetunedExport(tf.Module):
     return {name: fn.get_concrete_function() for name, fn in self._functions.items()}
 
 
-def export_finetuned_saved_model(model: Any, tasks: Sequence[Any], export_dir: str) -> list[str]:
-  """Writes ``export_dir`` (a SavedModel with one signature per task); returns their names."""
-  module = FinetunedExport(model, tasks)
+def export_finetuned_saved_model(model: Any, tasks: Sequence[Any], export_dir: str,
+                                 vocab_file: str | None = None, do_lower_case: bool = True,
+                                 max_seq_length: int = 128) -> list[str]:
+  """Writes ``export_dir`` (a SavedModel with one signature per task, and with ``vocab_file``
+  the raw-text classify signatures and ``assets/vocab.txt``); returns the signature names."""
+  from electra_tf.export import attach_vocab
+
+  module = FinetunedExport(model, tasks, vocab_file, do_lower_case, max_seq_length)
+  attach_vocab(module, vocab_file)
   signatures = module.signatures()
   tf.saved_model.save(module, export_dir, signatures=signatures)
   return sorted(signatures)

@@ -14,7 +14,8 @@ Initialisation (``load_init_checkpoint``):
 - our TF2 pre-training checkpoint (``tf.train.Checkpoint(model=PretrainingModel)``): the
   ``discriminator`` tower is restored into the encoder;
 - our TF2 fine-tuning checkpoint (``tf.train.Checkpoint(model=FinetuningModel)``): the encoder
-  and the heads of the tasks both runs share.
+  and the heads of the tasks both runs share;
+- a Hugging Face ELECTRA folder: its discriminator (``electra_tf.hf_import``) fills the encoder.
 """
 
 from __future__ import annotations
@@ -152,8 +153,12 @@ def load_init_checkpoint(model: FinetuningModel, checkpoint: str) -> checkpoints
     ValueError: shape mismatch, or the checkpoint lacks encoder variables (a config that does
       not match the pre-trained model, e.g. ``model_size`` / ``embedding_size``).
   """
-  prefix = checkpoints.resolve_checkpoint(checkpoint)
-  if checkpoints.is_tf1_checkpoint(prefix):
+  from electra_tf import model_source
+
+  if model_source.is_hf(checkpoint):  # a Hugging Face ELECTRA folder
+    prefix = checkpoint
+    report = model_source.load_hf_variables(checkpoint, model.tf1_variables(), allow_unused=True)
+  elif checkpoints.is_tf1_checkpoint(prefix := checkpoints.resolve_checkpoint(checkpoint)):
     report = checkpoints.load_tf1_checkpoint(model.tf1_variables(), prefix, allow_missing=True,
                                              allow_unused=True)
   else:

@@ -3,17 +3,19 @@ evaluate on dev, write results and test outputs; the median over trials at the e
 
 from __future__ import annotations
 
+import os
 import shutil
 from typing import Any
 
 import tensorflow as tf
 import tf_keras
 
-from electra_tf import checkpoints, training
+from electra_tf import checkpoints, model_source, training
 from electra_tf.console import log
 from electra_tf.finetuning import outputs, registry
 from electra_tf.finetuning.preprocessing import Preprocessor, make_examples_fn
 from electra_tf.finetuning.runner import ModelRunner
+from electra_tf.model_dir import write_model_files
 
 
 def heading(message: str) -> None:
@@ -22,7 +24,7 @@ def heading(message: str) -> None:
 
 def check_init_checkpoint(config: Any) -> None:
   """Fails before any work when ``init_checkpoint`` names nothing usable."""
-  if not config.init_checkpoint:
+  if not config.init_checkpoint or model_source.is_hf(config.init_checkpoint):
     return
   try:
     checkpoints.resolve_checkpoint(config.init_checkpoint)
@@ -56,6 +58,9 @@ def run_finetuning(config: Any, strategy: Any = None, use_tfds: bool = False,
     model_dir = f"{config.model_dir}_{trial}"
     if config.do_train and tf.io.gfile.exists(model_dir):
       tf.io.gfile.rmtree(model_dir)  # official rmkdir: every trial starts afresh
+    if config.do_train:  # the model's shape and vocabulary beside its checkpoints
+      for folder in (model_dir, os.path.join(model_dir, "tf1")):
+        write_model_files(folder, config, config.vocab_file)
     runner = ModelRunner(config, tasks, preprocessor, strategy, model_dir,
                          trial_seed(config.seed, trial))
     if config.do_train:

@@ -20,7 +20,7 @@ from typing import Any
 
 import tensorflow as tf
 
-from electra_tf import checkpoints, flops, tokenization, training
+from electra_tf import checkpoints, flops, model_source, tokenization, training
 from electra_tf.console import log
 from electra_tf.optimization import create_optimizer
 from electra_tf.pretraining import data
@@ -109,6 +109,10 @@ def init_from_checkpoint(model: PretrainingModel, optimizer: Any, path: str,
   is returned and set as the optimizer's step, for the schedule. TF2 (ours): model, optimizer
   and step are restored. The Trainer makes the returned step its global step.
   """
+  if model_source.is_hf(path):  # weights only: no optimizer state, step 0
+    report = model_source.load_hf_variables(path, model.tf1_variables())
+    log_fn(f"Initialised from {path} (Hugging Face) at step 0: {report.summary()}")
+    return 0
   prefix = checkpoints.resolve_checkpoint(path)
   inner = getattr(optimizer, "inner_optimizer", optimizer)  # float16 loss scaling wrapper
   if not checkpoints.is_tf1_checkpoint(prefix):
