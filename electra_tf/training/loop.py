@@ -31,10 +31,10 @@ once (clipped once, by the optimizer). Gradients reach the optimizer dense for e
 (embedding lookups give tf.IndexedSlices): the clipping norm is that of the true gradient,
 the same for any k and as in the official TPU graph (one-hot embeddings); the official
 CPU/GPU graph's IndexedSlices counted a repeated token's rows separately in the norm.
-`settings.micro_batch_losses` says how micro-batch
-losses combine; the logged `total_loss` is the update's (their mean or sum), other scalars are
-means over micro-batches. `batch_totals_fn(replica batch)`, when given, is computed once per
-update and passed to every micro-batch's step_fn as `features[accumulation.BATCH_TOTALS]`.
+`settings.micro_batch_losses` says how micro-batch losses combine; the logged `total_loss` is
+the update's (their mean or sum), other scalars are means over micro-batches.
+`batch_totals_fn(replica batch)`, when given, is computed once per update and passed to every
+micro-batch's step_fn as `features[accumulation.BATCH_TOTALS]`.
 """
 
 from __future__ import annotations
