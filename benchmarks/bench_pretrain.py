@@ -10,6 +10,9 @@ official code, the tanh approximation in tf-models' "gelu"), one device, float32
   ``tf.function``), the official AdamWeightDecay (no bias correction, clip 1.0, warmup+decay);
 - ``ours_xla``: the same with ``jit_compile`` (XLA for forward + backward, as ``--jit_compile``);
 - ``ours_bf16``: the same with ``--mixed_precision bfloat16``;
+- ``ours_accum``: ``ours`` with ``gradient_accumulation_steps`` = ``--accumulation_steps``
+  (default 4): the same global batch per update, run as k micro-batches of batch / k; the
+  line ``ours_accum / ours`` is the throughput cost of accumulation (1.0 = free);
 - ``tfm``: ``official.nlp.modeling.models.ElectraPretrainer`` with two ``BertEncoder`` networks
   (generator sharing the discriminator's embedding layer, as tf-models' ELECTRA task builds
   it), ElectraPretrainTask's losses, tf-models' ``adamw`` optimizer (``legacy_adamw``, clip 1.0,
@@ -22,6 +25,7 @@ interleaved (ours, ours_xla, ours_bf16, tfm, ours, ...) and each reports the med
 over its repetitions. The last line is ours / tfm.
 
   python benchmarks/bench_pretrain.py [--batch_size=16] [--steps=3] [--repeats=3]
+  python benchmarks/bench_pretrain.py --variants=ours,ours_accum --accumulation_steps=4
 """
 
 from __future__ import annotations
@@ -59,7 +63,9 @@ flags.DEFINE_integer("seq_length", 128, "Tokens per example.")
 flags.DEFINE_integer("num_layers", 12, "Transformer layers of both towers.")
 flags.DEFINE_integer("steps", 3, "Train steps per timed repetition.")
 flags.DEFINE_integer("repeats", 3, "Timed repetitions per variant (interleaved).")
-flags.DEFINE_list("variants", ["ours", "ours_xla", "ours_bf16", "tfm"], "What to run.")
+flags.DEFINE_list("variants", ["ours", "ours_xla", "ours_bf16", "tfm"],
+                  "What to run (also: ours_accum).")
+flags.DEFINE_integer("accumulation_steps", 4, "Micro-batches per update of ours_accum.")
 flags.DEFINE_string("text", os.path.join(_SHARED, "data", "wikitext2", "wiki.test.raw"),
                     "Text the batch's token ids come from.")
 flags.DEFINE_string("vocab_file", os.path.join(_SHARED, "reference", "vocab.txt"), "Vocabulary.")
@@ -119,7 +125,7 @@ class Runner:
 
 
 def build_ours(name: str, batch: dict[str, np.ndarray], jit_compile: bool,
-               mixed_precision: str | None) -> Runner:
+               mixed_precision: str | None, accumulation_steps: int = 1) -> Runner:
   """The project's step through the project's Trainer loop (model_dir: a temp folder)."""
   config = pretraining_config(FLAGS.batch_size, FLAGS.seq_length)
   strategy = training.get_strategy("one_device")
@@ -135,8 +141,11 @@ def build_ours(name: str, batch: dict[str, np.ndarray], jit_compile: bool,
   trainer = training.Trainer(
       strategy, model, optimizer,
       training.TrainSettings(config.model_dir, TOTAL, FLAGS.batch_size, seed=1,
-                             jit_compile=jit_compile),
-      step_fn=task.train_step_fn(model, []), log_fn=lambda line: None)
+                             jit_compile=jit_compile,
+                             gradient_accumulation_steps=accumulation_steps,
+                             micro_batch_losses="sum"),
+      step_fn=task.train_step_fn(model, []), log_fn=lambda line: None,
+      batch_totals_fn=task.batch_totals_fn(model.objective))
   loop = trainer._make_loop(trainer._replica_train_step, train=True)  # the loop train() runs
   dataset = tf.data.Dataset.from_tensors(batch).repeat()
   iterator = iter(strategy.experimental_distribute_dataset(dataset))
@@ -243,6 +252,8 @@ def main(argv) -> None:
       "ours": lambda: build_ours("ours", batch, False, None),
       "ours_xla": lambda: build_ours("ours_xla", batch, True, None),
       "ours_bf16": lambda: build_ours("ours_bf16", batch, False, "bfloat16"),
+      "ours_accum": lambda: build_ours("ours_accum", batch, False, None,
+                                       FLAGS.accumulation_steps),
       "tfm": lambda: build_tfm(batch),
   }
   runners = []
@@ -260,6 +271,10 @@ def main(argv) -> None:
   for r in runners:
     print(f"{r.name:10s} {medians[r.name]:8.2f} examples/s  (repetitions: "
           f"{', '.join(f'{x:.2f}' for x in r.rates)})")
+  if "ours_accum" in medians and "ours" in medians:
+    print(f"ours_accum / ours = {medians['ours_accum'] / medians['ours']:.2f}x "
+          f"(k = {FLAGS.accumulation_steps} micro-batches of "
+          f"{FLAGS.batch_size // FLAGS.accumulation_steps} vs one batch of {FLAGS.batch_size})")
   if "tfm" in medians:
     for name in ("ours_xla", "ours_bf16"):
       if name in medians:

@@ -28,6 +28,7 @@ MODEL_SIZES: dict[str, dict[str, int]] = {
   "large": {"hidden_size": 1024, "num_hidden_layers": 24},
 }
 # Official PretrainingModel / FinetuningModel shrink the transformer to this when debug is on.
+OPTIMIZERS = ("adamw", "lamb")  # electra_tf.optimization.create_optimizer(optimizer=...)
 DEBUG_BERT_SIZES: dict[str, int] = {
   "num_hidden_layers": 3, "hidden_size": 144, "intermediate_size": 144 * 4,
   "num_attention_heads": 4,
@@ -114,6 +115,16 @@ class _HParams:
       else:
         setattr(self, key, copy.deepcopy(value))
 
+  def _check_update_settings(self) -> None:
+    """optimizer name; the update's batch must split into gradient_accumulation_steps."""
+    if self.optimizer not in OPTIMIZERS:
+      raise ValueError(f"Unknown optimizer {self.optimizer!r}; expected one of "
+                       f"{', '.join(OPTIMIZERS)}")
+    k = self.gradient_accumulation_steps
+    if k < 1 or self.train_batch_size % k:
+      raise ValueError(f"train_batch_size {self.train_batch_size} is not divisible by "
+                       f"gradient_accumulation_steps {k} (need a positive divisor)")
+
   def _check_model_size(self) -> None:
     if self.model_size not in MODEL_SIZES:
       raise ValueError(f"Unknown model_size {self.model_size!r}; expected one of "
@@ -164,6 +175,9 @@ class PretrainingConfig(_HParams):
   lr_decay_power: float = 1.0  # 1.0 = linear decay
   weight_decay_rate: float = 0.01
   num_warmup_steps: int = 10000
+  optimizer: str = "adamw"  # ours: "adamw" (official) | "lamb" (large batches)
+  # ours: micro-batches per update; train_batch_size stays the update's global batch
+  gradient_accumulation_steps: int = 1
   # training loop
   iterations_per_loop: int = 200
   save_checkpoints_steps: int = 1000
@@ -236,6 +250,7 @@ class PretrainingConfig(_HParams):
       self.two_tower_generator = True
     self._update(kwargs)
     self._check_model_size()
+    self._check_update_settings()
 
 
 @dataclasses.dataclass(init=False, eq=False)
@@ -278,6 +293,9 @@ class FinetuningConfig(_HParams):
   layerwise_lr_decay: float = 0.8  # > 0: layer lr = lr * decay^(depth from the top)
   num_train_epochs: float = 3.0
   warmup_proportion: float = 0.1
+  optimizer: str = "adamw"  # ours: "adamw" (official) | "lamb" (large batches)
+  # ours: micro-batches per update; train_batch_size stays the update's global batch
+  gradient_accumulation_steps: int = 1
   save_checkpoints_steps: int = 1000000
   iterations_per_loop: int = 1000  # unless set: capped at 10% of the steps (see below)
   use_tfrecords_if_existing: bool = True  # reuse featurized TFRecords when present
@@ -378,6 +396,7 @@ class FinetuningConfig(_HParams):
       self.log_examples = True
     self._update(kwargs)
     self._check_model_size()
+    self._check_update_settings()
     if not self.task_names:
       raise ValueError("task_names must name at least one task")
     self._preset_iterations_per_loop = (

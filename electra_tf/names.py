@@ -67,7 +67,8 @@ OUTPUT_BIAS = "output_bias"  # masked-LM head's bias [V]
 # Checkpoint entries that are training state, not model weights.
 GLOBAL_STEP = "global_step"
 ADAM_SLOTS = ("adam_m", "adam_v")
-OPTIMIZER_STATE = re.compile(r"(^global_step$|/adam_[mv]$)")
+LAMB_SLOTS = ("lamb_m", "lamb_v")  # LAMB's first / second moment (bias-corrected when applied)
+OPTIMIZER_STATE = re.compile(r"(^global_step$|/(adam|lamb)_[mv]$)")
 
 
 def tf1_name(variable: tf.Variable) -> str:

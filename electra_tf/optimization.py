@@ -15,6 +15,12 @@ slots are tracked by ``tf.train.Checkpoint``. Per step, for every variable ``p``
 ``lr_var`` is the scheduled learning rate times the variable's layer-wise multiplier.
 Variables are identified by their TF1 name (``variable.name`` without ``:0``), e.g.
 ``electra/encoder/layer_0/attention/output/LayerNorm/gamma``.
+
+``create_optimizer(..., optimizer="lamb")`` gives tf-models-official's LAMB instead (``Lamb``:
+bias-corrected Adam moments, the same decoupled weight decay, then each variable's update
+scaled by ``||p|| / ||u||``), with the same exclusions (from decay and from that trust ratio),
+schedule, clipping and layer-wise multipliers; it is the optimizer for global batches in the
+thousands.
 """
 
 from __future__ import annotations
@@ -24,10 +30,12 @@ from collections.abc import Sequence
 
 import tensorflow as tf
 import tf_keras
+from official.modeling.optimization import lamb as tfm_lamb
 
-from electra_tf.names import tf1_name
+from electra_tf.names import LAMB_SLOTS, tf1_name
 
 LR_STEP_MODES = ("as_run", "ordered")
+OPTIMIZERS = ("adamw", "lamb")
 EXCLUDE_FROM_WEIGHT_DECAY = ("LayerNorm", "layer_norm", "bias")
 
 
@@ -257,13 +265,97 @@ class AdamWeightDecay(tf_keras.optimizers.Optimizer):
     return cls(**config)
 
 
+class Lamb(tfm_lamb.LAMB):
+  """tf-models-official's ``LAMB`` with what the Trainer and the checkpoints need.
+
+  The update math is tf-models' (``official.modeling.optimization.lamb.LAMB``, a legacy
+  ``tf_keras`` optimizer): bias-corrected moments ``m`` / ``v``, decoupled weight decay, and
+  the trust ratio ``||p|| / ||u||``; names matching ``exclude_from_weight_decay`` (LayerNorm,
+  bias) get neither decay nor trust ratio, as NVIDIA's ELECTRA LAMB. Added here: the learning
+  rate of each variable is multiplied by its layer-wise multiplier, gradients are summed
+  across replicas, made dense (as ``AdamWeightDecay``) and clipped to global norm
+  ``clip_norm``; ``build(variables)`` creates the slots ahead of the first update (so a
+  checkpoint can be restored into them) and ``tf1_slot_variables()`` names them
+  ``<var>/lamb_m`` / ``<var>/lamb_v``.
+  """
+
+  def __init__(self, learning_rate: WarmupPolynomialDecay | float,
+               weight_decay_rate: float = 0.0, beta_1: float = 0.9, beta_2: float = 0.999,
+               epsilon: float = 1e-6,
+               exclude_from_weight_decay: Sequence[str] = EXCLUDE_FROM_WEIGHT_DECAY,
+               layer_lr_multipliers: dict[str, float] | None = None,
+               clip_norm: float | None = 1.0, name: str = "LAMB", **kwargs):
+    super().__init__(learning_rate, beta_1=beta_1, beta_2=beta_2, epsilon=epsilon,
+                     weight_decay_rate=weight_decay_rate,
+                     exclude_from_weight_decay=list(exclude_from_weight_decay or ()),
+                     name=name, global_clipnorm=clip_norm, **kwargs)
+    self.layer_lr_multipliers = (None if layer_lr_multipliers is None
+                                 else dict(layer_lr_multipliers))
+    self._multipliers: dict[str, float] = {}
+
+  def build(self, var_list: Sequence[tf.Variable]) -> None:
+    """Creates ``iterations``, the hyperparameters and the ``m`` / ``v`` slots of var_list."""
+    names = [tf1_name(var) for var in var_list]
+    dupes = sorted({n for n in names if names.count(n) > 1})
+    if dupes:
+      raise ValueError(f"Variables share a TF1 name (slots would collide): {dupes}")
+    self._multipliers.update(
+        {n: _lr_multiplier_for(n, self.layer_lr_multipliers) for n in names})
+    self._tf1_vars = list(var_list)
+    with tf.init_scope():
+      self._create_all_weights(list(var_list))
+
+  def apply_gradients(self, grads_and_vars, name=None, experimental_aggregate_gradients=True):
+    grads_and_vars = [(tf.convert_to_tensor(g) if isinstance(g, tf.IndexedSlices) else g, v)
+                      for g, v in grads_and_vars]
+    if not self._multipliers:
+      self.build([v for _, v in grads_and_vars])
+    return super().apply_gradients(grads_and_vars, name, experimental_aggregate_gradients)
+
+  def _resource_apply_dense(self, grad, var, apply_state=None):
+    multiplier = self._multipliers.get(tf1_name(var), 1.0)
+    if multiplier != 1.0:
+      key = (var.device, var.dtype.base_dtype)
+      coefficients = dict((apply_state or {}).get(key)
+                          or self._fallback_apply_state(*key))
+      coefficients["lr_t"] = coefficients["lr_t"] * multiplier
+      apply_state = {key: coefficients}
+    return super()._resource_apply_dense(grad, var, apply_state)
+
+  def clip_gradients(self, grads: Sequence[tf.Tensor | None]) -> list:
+    """The clipping ``apply_gradients`` applies (after cross-replica summation)."""
+    if self.global_clipnorm is None:
+      return list(grads)
+    return list(tf.clip_by_global_norm(list(grads), self.global_clipnorm)[0])
+
+  def tf1_slot_variables(self) -> dict[str, tf.Variable]:
+    """``{"<var>/lamb_m": slot, "<var>/lamb_v": slot}`` (first and second moment)."""
+    if not self._multipliers:
+      raise ValueError("optimizer has no slots yet: call build(variables) or apply_gradients")
+    slots = {}
+    for var in self._tf1_vars:
+      for slot_name, tf1_slot in zip(("m", "v"), LAMB_SLOTS, strict=True):
+        slots[f"{tf1_name(var)}/{tf1_slot}"] = self.get_slot(var, slot_name)
+    return slots
+
+  def get_config(self) -> dict:
+    config = super().get_config()
+    config.update(exclude_from_weight_decay=list(self.exclude_from_weight_decay or ()),
+                  layer_lr_multipliers=self.layer_lr_multipliers,
+                  clip_norm=self.global_clipnorm)
+    for key in ("decay", "global_clipnorm", "clipnorm", "clipvalue", "is_legacy_optimizer"):
+      config.pop(key, None)
+    return config
+
+
 def create_optimizer(learning_rate: float, num_train_steps: int, weight_decay_rate: float = 0.0,
                      warmup_steps: int = 0, warmup_proportion: float = 0.0,
                      lr_decay_power: float = 1.0, layerwise_lr_decay_power: float = -1.0,
                      n_transformer_layers: int | None = None, lr_step_mode: str = "as_run",
                      layerwise_lr_decay_fix_depth: bool = False, clip_norm: float = 1.0,
-                     jit_compile: bool = False) -> AdamWeightDecay:
-  """The official ``create_optimizer`` settings as an ``AdamWeightDecay``.
+                     jit_compile: bool = False, optimizer: str = "adamw"
+                     ) -> AdamWeightDecay | Lamb:
+  """The official ``create_optimizer`` settings as an ``AdamWeightDecay`` (or a ``Lamb``).
 
   Adam β1 0.9, β2 0.999, ε 1e-6, no bias correction; weight decay ``weight_decay_rate``
   except for names matching ``LayerNorm``, ``layer_norm``, ``bias``; gradients clipped to global
@@ -280,7 +372,11 @@ def create_optimizer(learning_rate: float, num_train_steps: int, weight_decay_ra
       still move).
   ``layerwise_lr_decay_fix_depth``: see ``layer_lr_multipliers`` (False = official).
   ``jit_compile``: XLA-compile each variable's update (off by default: exact parity first).
+  ``optimizer``: ``"adamw"`` (official) or ``"lamb"`` (``Lamb``: the same schedule, decay
+  exclusions, clipping and layer-wise multipliers; ``jit_compile`` does not apply).
   """
+  if optimizer not in OPTIMIZERS:
+    raise ValueError(f"optimizer must be one of {', '.join(OPTIMIZERS)}, got {optimizer!r}")
   if lr_step_mode not in LR_STEP_MODES:
     raise ValueError(f"lr_step_mode must be one of {LR_STEP_MODES}, got {lr_step_mode!r}")
   schedule = WarmupPolynomialDecay(
@@ -291,6 +387,9 @@ def create_optimizer(learning_rate: float, num_train_steps: int, weight_decay_ra
   if layerwise_lr_decay_power > 0:
     multipliers = layer_lr_multipliers(layerwise_lr_decay_power, n_transformer_layers,
                                        layerwise_lr_decay_fix_depth)
+  if optimizer == "lamb":
+    return Lamb(schedule, weight_decay_rate=weight_decay_rate, layer_lr_multipliers=multipliers,
+                clip_norm=clip_norm)
   return AdamWeightDecay(schedule, weight_decay_rate=weight_decay_rate,
                          layer_lr_multipliers=multipliers, clip_norm=clip_norm,
                          jit_compile=jit_compile)

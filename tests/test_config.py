@@ -12,7 +12,7 @@ REPO_CONFIGS = os.path.join(os.path.dirname(os.path.dirname(__file__)), "configs
 
 # google-research/electra configure_pretraining.py (commit f93f3f8, with Electric): the values
 # after PretrainingConfig(model_name, data_dir) with no hparams. Paths use data_dir="D",
-# model_name="M". "seed" and "init_checkpoint" are ours.
+# model_name="M". "seed", "init_checkpoint" and the OURS_UPDATE hparams are ours.
 OFFICIAL_PRETRAINING_DEFAULTS = {
   "model_name": "M", "debug": False, "do_train": True, "do_eval": False,
   "electra_objective": True, "electric_objective": False, "gen_weight": 1.0,
@@ -32,7 +32,9 @@ OFFICIAL_PRETRAINING_DEFAULTS = {
   "results_txt": "D/models/M/results/unsup_results.txt",
   "results_pkl": "D/models/M/results/unsup_results.pkl",
   "max_predictions_per_seq": 19, "seed": None, "init_checkpoint": None,
+  "optimizer": "adamw", "gradient_accumulation_steps": 1,
 }
+OURS_UPDATE = {"optimizer", "gradient_accumulation_steps"}  # LAMB, gradient accumulation
 # The paths the reference's *_config_resolved.json files leave out, plus our seed.
 PRETRAINING_PATHS = {"model_name", "pretrain_tfrecords", "vocab_file", "model_dir",
                      "results_txt", "results_pkl"}
@@ -64,7 +66,7 @@ OFFICIAL_FINETUNING_DEFAULTS = {
   "qa_na_file": "D/models/M/results/chunk_qa/{:}_null_odds.json",
   "preprocessed_data_dir": "D/models/M/finetuning_tfrecords/chunk_tfrecords",
   "test_predictions": "D/models/M/test_predictions/{:}_{:}_{:}_predictions.pkl",
-  "seed": None,
+  "seed": None, "optimizer": "adamw", "gradient_accumulation_steps": 1,
 }
 FINETUNING_PATHS = {"model_name", "data_dir", "raw_data_dir", "vocab_file", "init_checkpoint",
                     "model_dir", "results_txt", "results_pkl", "qa_eval_file", "qa_preds_file",
@@ -98,7 +100,8 @@ def test_pretraining_matches_reference(reference_dir, folder):
   resolved = _load(ref / "pretraining_config_resolved.json")
   ours = cfg.to_dict()
   _assert_same(ours, resolved)
-  assert set(ours) - set(resolved) == PRETRAINING_PATHS | {"seed", "init_checkpoint"}
+  assert set(ours) - set(resolved) == (PRETRAINING_PATHS | {"seed", "init_checkpoint"}
+                                      | OURS_UPDATE)
 
   bert = C.get_bert_config(cfg)
   assert bert == BertConfig.from_json_file(str(ref / "bert_config.json"))
@@ -227,7 +230,7 @@ def test_finetuning_matches_reference(reference_dir):
   resolved = _load(ref / "finetuning_config_resolved.json")
   ours = cfg.to_dict()
   _assert_same(ours, resolved)
-  assert set(ours) - set(resolved) == FINETUNING_PATHS | {"seed"}
+  assert set(ours) - set(resolved) == FINETUNING_PATHS | {"seed"} | OURS_UPDATE
   assert C.get_bert_config(cfg) == BertConfig.from_json_file(str(ref / "bert_config.json"))
   # official layout of the paths the resolved file leaves out, for the multi-task name
   assert cfg.model_dir == "D/models/M/finetuning_models/rte,sts,squad,chunk_model"

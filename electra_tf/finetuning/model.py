@@ -30,7 +30,7 @@ from electra_tf import checkpoints
 from electra_tf.finetuning.heads import multitask_loss
 from electra_tf.modeling.bert_config import BertConfig
 from electra_tf.modeling.encoder import Transformer
-from electra_tf.optimization import AdamWeightDecay, create_optimizer
+from electra_tf.optimization import AdamWeightDecay, Lamb, create_optimizer
 
 ENCODER_SCOPE = "electra"
 
@@ -238,7 +238,7 @@ def num_train_steps(n_train_records: int, train_batch_size: int,
 
 
 def create_finetuning_optimizer(config: Any, num_train_steps: int,
-                                n_transformer_layers: int) -> AdamWeightDecay:
+                                n_transformer_layers: int) -> AdamWeightDecay | Lamb:
   """The official fine-tuning ``create_optimizer`` call: linear decay, warmup
   ``warmup_proportion`` of the steps, weight decay, layer-wise decay ``layerwise_lr_decay``
   (multiplier ``decay ** (n_layers + 2 - depth)``, the official depths)."""
@@ -246,4 +246,4 @@ def create_finetuning_optimizer(config: Any, num_train_steps: int,
       config.learning_rate, num_train_steps, weight_decay_rate=config.weight_decay_rate,
       warmup_proportion=config.warmup_proportion,
       layerwise_lr_decay_power=config.layerwise_lr_decay,
-      n_transformer_layers=n_transformer_layers)
+      n_transformer_layers=n_transformer_layers, optimizer=config.optimizer)

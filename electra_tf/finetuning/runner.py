@@ -80,7 +80,8 @@ class ModelRunner:
         model_dir=self.model_dir, num_train_steps=steps, train_batch_size=c.train_batch_size,
         iterations_per_loop=c.train_iterations_per_loop(steps),
         save_checkpoints_steps=c.save_checkpoints_steps, seed=self.seed or 0,
-        log_total_loss=False)
+        log_total_loss=False, gradient_accumulation_steps=c.gradient_accumulation_steps,
+        micro_batch_losses="sum")  # the official loss sums over the batch
     model, n_tasks = self.model, len(self.tasks)
 
     def step_fn(batch, seed):

@@ -23,11 +23,13 @@ import tensorflow as tf
 from electra_tf import checkpoints, flops, model_source, tokenization, training
 from electra_tf.console import log
 from electra_tf.optimization import create_optimizer
-from electra_tf.pretraining import data
+from electra_tf.pretraining import data, masking
 from electra_tf.pretraining import metrics as metrics_lib
+from electra_tf.pretraining import objective as objective_lib
 from electra_tf.pretraining.builder import build_pretraining_model
 from electra_tf.pretraining.model import PretrainingModel
 from electra_tf.training import hardware
+from electra_tf.training.accumulation import BATCH_TOTALS
 
 # Feature keys that, when present, replace the model's random draws (tests hold them fixed).
 DRAW_KEYS = ("categorical_positions", "mask_uniform", "gumbel_uniform")
@@ -51,8 +53,65 @@ def _draws(features: Mapping[str, Any]) -> dict[str, Any]:
   return {k: features[k] for k in DRAW_KEYS if k in features}
 
 
+def _loss_denominators(objective: objective_lib.Objective, gen_weights: tf.Tensor,
+                       input_mask: tf.Tensor) -> dict[str, tf.Tensor]:
+  """The sums the official losses divide by: generator weights (masked slots, or the cloze
+  positions of the two-tower generator) and real tokens (discriminator)."""
+  out = {"gen": tf.reduce_sum(tf.cast(gen_weights, tf.float32))}
+  if objective.has_discriminator:
+    out["disc"] = tf.reduce_sum(tf.cast(input_mask, tf.float32))
+  return out
+
+
+def batch_totals_fn(objective: objective_lib.Objective) -> Callable:
+  """totals(replica batch) -> the loss denominators of the whole batch, for accumulation.
+
+  Masking weights do not depend on the random draws (only on ``input_mask`` and the tokens),
+  so fixed draws give the weights the model's own masking gives each micro-batch.
+  """
+
+  def totals(features):
+    inputs = masking.features_to_inputs(features)
+    if objective.generator == objective_lib.TWO_TOWERS:
+      gen_weights = masking.get_candidates_mask(inputs, objective.vocab)
+    else:
+      shape = tf.stack([tf.shape(inputs.input_ids)[0], objective.max_predictions_per_seq])
+      fixed = {"categorical_positions": tf.zeros(shape, tf.int32),
+               "mask_uniform": tf.ones(shape, tf.float32)}
+      gen_weights = objective_lib.mask(inputs, objective, fixed).masked_lm_weights
+    return _loss_denominators(objective, gen_weights, inputs.input_mask)
+
+  return totals
+
+
+def _micro_batch_loss(objective: objective_lib.Objective, out: Mapping[str, tf.Tensor],
+                      totals: Mapping[str, tf.Tensor]) -> tf.Tensor:
+  """A micro-batch's exact share of the update's loss.
+
+  Each official loss term is ``sum(w * l) / (sum(w) + 1e-6)`` over its batch; rescaling a
+  micro-batch's term by ``(its sum(w) + 1e-6) / (the update's sum(w) + 1e-6)`` turns it into
+  ``sum over the micro-batch(w * l) / (update's sum(w) + 1e-6)``, so the k shares (and their
+  gradients) add up to the one-batch loss (and gradient) exactly, whatever each micro-batch's
+  number of masked slots or real tokens.
+  """
+  gen_weights = out["cloze_weights"] if "cloze_weights" in out else out["masked_lm_weights"]
+  parts = _loss_denominators(objective, gen_weights, out["input_mask"])
+
+  def share(name):
+    return (parts[name] + 1e-6) / (totals[name] + 1e-6)
+
+  loss = objective.gen_weight * (out["mlm_loss"] * share("gen"))
+  if objective.has_discriminator:
+    loss += objective.disc_weight * (out["disc_loss"] * share("disc"))
+  return loss
+
+
 def train_step_fn(model: PretrainingModel, metrics: Sequence[Any]) -> Callable:
-  """step(features, seed) -> {total_loss, mlm_loss[, disc_loss]}; updates ``metrics``."""
+  """step(features, seed) -> {total_loss, mlm_loss[, disc_loss]}; updates ``metrics``.
+
+  With ``features[BATCH_TOTALS]`` (gradient accumulation), ``total_loss`` is the micro-batch's
+  share of the update's loss (see ``_micro_batch_loss``); the Trainer adds the shares.
+  """
   objective = model.objective
 
   def step(features, seed):
@@ -61,7 +120,10 @@ def train_step_fn(model: PretrainingModel, metrics: Sequence[Any]) -> Callable:
       stats = metrics_lib.metric_statistics(out, objective.disc_weight)
       for metric in metrics:
         metric.update_state(stats)
-    losses = {"total_loss": out["total_loss"], "mlm_loss": out["mlm_loss"]}
+    total = out["total_loss"]
+    if BATCH_TOTALS in features:
+      total = _micro_batch_loss(objective, out, features[BATCH_TOTALS])
+    losses = {"total_loss": total, "mlm_loss": out["mlm_loss"]}
     if objective.has_discriminator:
       losses["disc_loss"] = out["disc_loss"]
     return losses
@@ -182,6 +244,10 @@ def build_run(config: Any, strategy: tf.distribute.Strategy | None = None,
     if getattr(config, name) % replicas:
       raise ValueError(f"{name} {getattr(config, name)} is not divisible by the {replicas} "
                        "replicas of the distribution strategy")
+  k = config.gradient_accumulation_steps
+  if config.train_batch_size % (replicas * k):
+    raise ValueError(f"train_batch_size {config.train_batch_size} is not divisible by "
+                     f"{replicas} replicas x gradient_accumulation_steps {k}")
   seed = config.seed
   if seed is None:
     seed = random.SystemRandom().randrange(2**31)
@@ -192,8 +258,8 @@ def build_run(config: Any, strategy: tf.distribute.Strategy | None = None,
     model = build_pretraining_model(config)
     optimizer = training.wrap_optimizer(create_optimizer(
         config.learning_rate, config.num_train_steps, weight_decay_rate=config.weight_decay_rate,
-        warmup_steps=config.num_warmup_steps, lr_decay_power=config.lr_decay_power),
-        mixed_precision)
+        warmup_steps=config.num_warmup_steps, lr_decay_power=config.lr_decay_power,
+        optimizer=config.optimizer), mixed_precision)
     objective = model.objective
     train_metrics = metrics_lib.official_metrics(metrics_lib.metric_names(
         objective.has_discriminator, objective.disc_weight, include_losses=False))
@@ -208,12 +274,13 @@ def build_run(config: Any, strategy: tf.distribute.Strategy | None = None,
       keep_checkpoint_max=config.keep_checkpoint_max or 0, seed=seed, jit_compile=jit_compile,
       flops_per_step=config.train_batch_size * flops.train_flops_per_example(
           model, config.max_seq_length),
-      peak_flops=peak_flops)
+      peak_flops=peak_flops, gradient_accumulation_steps=k, micro_batch_losses="sum")
 
   def init_fn() -> int:
     return init_from_checkpoint(model, optimizer, config.init_checkpoint, log_fn)
 
   trainer = training.Trainer(strategy, model, optimizer, settings,
                              step_fn=train_step_fn(model, train_metrics),
-                             init_fn=init_fn if config.init_checkpoint else None, log_fn=log_fn)
+                             init_fn=init_fn if config.init_checkpoint else None, log_fn=log_fn,
+                             batch_totals_fn=batch_totals_fn(objective))
   return PretrainingRun(config, model, optimizer, trainer, train_metrics, eval_metrics, seed)

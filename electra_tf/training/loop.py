@@ -21,6 +21,20 @@ gradients over replicas, so the update uses the mean of the per-replica losses, 
 global-batch loss when replicas get equal batches (the official TPU CrossShardOptimizer also
 averages per-shard losses). Scalar outputs are averaged over replicas (then over steps for the
 logs, see monitoring.py); non-scalar outputs are ignored by the loop.
+
+Gradient accumulation (`settings.gradient_accumulation_steps` = k > 1): a step is still one
+optimizer update on one global batch of `train_batch_size` examples, so the step counter, the
+learning-rate schedule, checkpoints, logs and FLOPs count updates. Each replica splits its batch
+into k micro-batches (see accumulation.py), runs step_fn on each with its own seed (`index`
+above becomes `update * k + micro-batch`), adds the gradients in float32 and applies them
+once (clipped once, by the optimizer). Gradients reach the optimizer dense for every k
+(embedding lookups give tf.IndexedSlices): the clipping norm is that of the true gradient,
+the same for any k and as in the official TPU graph (one-hot embeddings); the official
+CPU/GPU graph's IndexedSlices counted a repeated token's rows separately in the norm.
+`settings.micro_batch_losses` says how micro-batch losses combine; the logged `total_loss` is
+the update's (their mean or sum), other scalars are means over micro-batches.
+`batch_totals_fn(replica batch)`, when given, is computed once per update and passed to every
+micro-batch's step_fn as `features[accumulation.BATCH_TOTALS]`.
 """
 
 from __future__ import annotations
@@ -32,11 +46,12 @@ import tensorflow as tf
 import tf_keras
 
 from electra_tf.console import log
-from electra_tf.training import checkpointing, monitoring, runtime
+from electra_tf.training import accumulation, checkpointing, monitoring, runtime
 
 Features = Mapping[str, tf.Tensor]
 StepFn = Callable[[Features, tf.Tensor], Mapping[str, tf.Tensor]]
 DatasetFn = Callable[[tf.distribute.InputContext], tf.data.Dataset]
+BatchTotalsFn = Callable[[Features], Mapping[str, tf.Tensor]]
 
 
 class NonFiniteLossError(RuntimeError):
@@ -67,23 +82,29 @@ class TrainSettings:
 
   model_dir: str
   num_train_steps: int
-  train_batch_size: int  # global batch (all replicas); only used for examples/s
+  train_batch_size: int  # global batch of one optimizer update (all replicas and micro-batches)
   iterations_per_loop: int = 200  # steps per tf.function call = steps per log line
   save_checkpoints_steps: int = 1000
   keep_checkpoint_max: int = 5  # 0 keeps every checkpoint
   seed: int = 0  # first component of the per-step seed (see module docstring)
   jit_compile: bool = False  # XLA-compile forward + backward of each step
-  flops_per_step: float | None = None  # model FLOPs of one global-batch train step
+  flops_per_step: float | None = None  # model FLOPs of one update (all its micro-batches)
   peak_flops: float | None = None  # peak FLOP/s of one device, for model FLOPs utilisation
   # False: total_loss drives the optimizer but is not logged (the step function returns the
   # scalar to show instead, e.g. a per-example mean when total_loss is a sum over the batch)
   log_total_loss: bool = True
+  gradient_accumulation_steps: int = 1  # micro-batches per update (see the module docstring)
+  micro_batch_losses: str = "mean"  # "mean" | "sum", see accumulation.py
 
   def __post_init__(self):
     for name in ("num_train_steps", "train_batch_size", "iterations_per_loop",
-                 "save_checkpoints_steps"):
+                 "save_checkpoints_steps", "gradient_accumulation_steps"):
       if getattr(self, name) < 1:
         raise ValueError(f"{name} must be >= 1; got {getattr(self, name)}")
+    if self.train_batch_size % self.gradient_accumulation_steps:
+      raise ValueError(f"train_batch_size {self.train_batch_size} is not divisible by "
+                       f"gradient_accumulation_steps {self.gradient_accumulation_steps}")
+    accumulation.micro_batch_weight(self.micro_batch_losses, self.gradient_accumulation_steps)
     if self.keep_checkpoint_max < 0:
       raise ValueError(f"keep_checkpoint_max must be >= 0; got {self.keep_checkpoint_max}")
 
@@ -99,6 +120,17 @@ def _scalars(outputs: Mapping[str, tf.Tensor]) -> dict[str, tf.Tensor]:
     raise TypeError(f"the step function must return a dict of tensors; got {type(outputs)}")
   return {k: tf.cast(v, tf.float32) for k, v in outputs.items()
           if tf.is_tensor(v) and v.shape.rank == 0}
+
+
+def _optimizer_variables(optimizer) -> list[tf.Variable]:
+  variables = optimizer.variables  # a method on legacy tf_keras optimizers (e.g. LAMB)
+  return list(variables() if callable(variables) else variables)
+
+
+def _build_optimizer(optimizer, variables: list[tf.Variable]) -> None:
+  """Creates the slots of `variables` (legacy loss-scale wrappers have no build: the inner)."""
+  build = getattr(optimizer, "build", None) or optimizer.inner_optimizer.build
+  build(variables)
 
 
 def write_results(path: str, results: Mapping[str, float]) -> None:
@@ -125,7 +157,7 @@ class Trainer:
   def __init__(self, strategy: tf.distribute.Strategy, model: tf_keras.Model,
                optimizer: tf_keras.optimizers.Optimizer, settings: TrainSettings,
                step_fn: StepFn | None = None, init_fn: Callable[[], int | None] | None = None,
-               log_fn: Callable[[str], None] = log):
+               log_fn: Callable[[str], None] = log, batch_totals_fn: BatchTotalsFn | None = None):
     variables = model.trainable_variables
     if not variables:
       raise ValueError("the model has no trainable variables yet: build it (call it once on "
@@ -138,12 +170,15 @@ class Trainer:
                        "inside `with strategy.scope():`")
     self.strategy, self.model, self.optimizer, self.settings = strategy, model, optimizer, settings
     self.step_fn = step_fn or model_step_fn(model, training=True)
-    self.init_fn, self.log_fn = init_fn, log_fn
+    self.init_fn, self.log_fn, self.batch_totals_fn = init_fn, log_fn, batch_totals_fn
+    self._micro_batches = settings.gradient_accumulation_steps
+    self._loss_weight = accumulation.micro_batch_weight(settings.micro_batch_losses,
+                                                        self._micro_batches)
     self.is_chief, task_id = runtime.worker_role(strategy)
     self._num_replicas = strategy.num_replicas_in_sync
     self._loss_scaling = isinstance(optimizer, tf_keras.mixed_precision.LossScaleOptimizer)
     with strategy.scope():
-      optimizer.build(variables)  # slots exist before restore and before the size check
+      _build_optimizer(optimizer, variables)  # slots exist before restore and the size check
       self.global_step = tf.Variable(0, dtype=tf.int64, trainable=False, name="global_step",
                                      aggregation=tf.VariableAggregation.ONLY_FIRST_REPLICA)
       self.checkpoint = tf.train.Checkpoint(model=model, optimizer=optimizer,
@@ -151,12 +186,13 @@ class Trainer:
     self._keeper = checkpointing.CheckpointKeeper(
         self.checkpoint, settings.model_dir, settings.keep_checkpoint_max, self.is_chief, task_id)
     for stale in self._keeper.check(checkpointing.checkpoint_bytes(
-        list(model.variables) + list(optimizer.variables))):
+        list(model.variables) + _optimizer_variables(optimizer))):
       self.log_fn(f"Removed {stale}, left by a save that was interrupted")
     self._grad_fn = (tf.function(self._forward_backward, jit_compile=True)
                      if settings.jit_compile else self._forward_backward)
     self._default_eval_step = model_step_fn(model, training=False)
     self._restored = False
+    self._accumulation_logged = False
     self._train_loop = None
     self._eval_loops: dict[int, Callable] = {}
 
@@ -174,7 +210,10 @@ class Trainer:
       if "total_loss" not in outputs:
         raise ValueError("the step function must return a scalar 'total_loss'; got "
                          f"scalar outputs {sorted(outputs)}")
-      loss = outputs["total_loss"] / self._num_replicas
+      loss = outputs["total_loss"]
+      if self._loss_weight != 1.0:
+        loss = loss * self._loss_weight
+      loss = loss / self._num_replicas
       if self._loss_scaling:
         loss = self.optimizer.get_scaled_loss(loss)
     grads = tape.gradient(loss, self.model.trainable_variables)
@@ -182,8 +221,43 @@ class Trainer:
       grads = self.optimizer.get_unscaled_gradients(grads)
     return grads, outputs
 
+  def _update_gradients(self, features: Features, index: tf.Tensor):
+    """Gradients and scalar outputs of update `index`: k = 1 runs the replica's batch as is;
+    k > 1 sums the float32 gradients of its k micro-batches in a tf.while_loop."""
+    k = self._micro_batches
+    if k == 1:
+      grads, outputs = self._grad_fn(features, self._step_seed(index))
+      return accumulation.dense_float32(grads), outputs
+    totals = None if self.batch_totals_fn is None else dict(self.batch_totals_fn(features))
+    split = accumulation.split_batch(features, k)
+    first = tf.cast(index, tf.int64) * k
+
+    def run(j):
+      micro = accumulation.micro_batch(split, j)
+      if totals is not None:
+        micro[accumulation.BATCH_TOTALS] = totals
+      grads, outputs = self._grad_fn(micro, self._step_seed(first + j))
+      return accumulation.dense_float32(grads), outputs
+
+    grads, sums = run(tf.constant(0, tf.int64))
+    present = [i for i, g in enumerate(grads) if g is not None]
+
+    def body(j, acc, sums):
+      more, outputs = run(j)
+      return (j + 1, [a + more[i] for a, i in zip(acc, present, strict=True)],
+              {name: sums[name] + outputs[name] for name in sums})
+
+    _, acc, sums = tf.while_loop(lambda j, acc, sums: j < k, body,
+                                 (tf.constant(1, tf.int64), [grads[i] for i in present], sums))
+    for i, a in zip(present, acc, strict=True):
+      grads[i] = a
+    outputs = {name: value / k for name, value in sums.items()}
+    if self._loss_weight == 1.0:  # the update's loss is the sum of the micro-batch losses
+      outputs["total_loss"] = sums["total_loss"]
+    return grads, outputs
+
   def _replica_train_step(self, features: Features, index: tf.Tensor) -> dict[str, tf.Tensor]:
-    grads, outputs = self._grad_fn(features, self._step_seed(index))
+    grads, outputs = self._update_gradients(features, index)
     self.optimizer.apply_gradients(zip(grads, self.model.trainable_variables, strict=True))
     return outputs
 
@@ -295,6 +369,13 @@ class Trainer:
     logged: dict[str, float] = {}
     for metric in metrics:
       metric.reset_state()
+    if self._micro_batches > 1 and not self._accumulation_logged:
+      self._accumulation_logged = True
+      micro = s.train_batch_size // (self._num_replicas * self._micro_batches)
+      mib = accumulation.accumulator_bytes(self.model.trainable_variables) / 2**20
+      self.log_fn(f"Gradient accumulation: {self._micro_batches} micro-batches of {micro} "
+                  f"examples per replica per update (global batch {s.train_batch_size}); "
+                  f"float32 gradient accumulators: {mib:.3g} MiB per replica")
     try:
       while step < s.num_train_steps:
         target = min(s.num_train_steps,

@@ -1,10 +1,12 @@
 """Progress reporting: averaged metrics to TensorBoard and one console line per log interval.
 
 Every logged metric is the mean over all steps since the previous log line (each step's value is
-itself the mean over replicas), not the last step's value. Throughput (steps/s, examples/s,
-model FLOPs utilisation) is measured over the same interval, wall clock on the host; the first
-interval of a process includes tracing and XLA compilation, so the ETA uses the rate of later
-intervals once there is one.
+itself the mean over replicas), not the last step's value. A step is one optimizer update: with
+gradient accumulation it covers all its micro-batches, so steps/s, examples/s (the update's
+global batch) and model FLOPs utilisation (the FLOPs of the whole update) need no correction.
+Throughput (steps/s, examples/s, model FLOPs utilisation) is measured over the same interval,
+wall clock on the host; the first interval of a process includes tracing and XLA compilation,
+so the ETA uses the rate of later intervals once there is one.
 """
 
 from __future__ import annotations
@@ -36,9 +38,10 @@ class Progress:
   Args:
     total_steps: num_train_steps, for percent done and ETA.
     start_step: global step when this process started training.
-    global_batch_size: examples per step across all replicas (examples/s).
+    global_batch_size: examples per update across all replicas and micro-batches (examples/s).
     num_devices: replicas in sync (MFU divides by num_devices * peak_flops).
-    flops_per_step: model FLOPs of one global-batch training step, or None.
+    flops_per_step: model FLOPs of one update (forward + backward of every example of the
+      global batch, all micro-batches), or None.
     peak_flops: peak FLOP/s of ONE device at the training precision, or None.
     writer: tf.summary writer (a no-op writer on non-chief workers).
     log_fn: where console lines go.
