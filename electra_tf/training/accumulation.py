@@ -2,8 +2,10 @@
 
 Each replica's batch [B, ...] is reshaped to [k, B / k, ...] and micro-batch j is row j, so
 the input pipeline, its batch size and its resume position are those of one optimizer update.
-Gradients are added in float32 dense accumulators (a tf.while_loop carries them; no Python
-loop, static shapes), then applied once.
+Dense gradients are added in float32 accumulators; ``tf.IndexedSlices`` gradients (embedding
+lookups by gather) keep every micro-batch's rows, concatenated, so global-norm clipping counts
+the same unmerged rows as for one batch (the official CPU/GPU graph's norm). A tf.while_loop
+carries them (no Python loop, static shapes), then the update is applied once.
 
 How a micro-batch's loss is weighted (``MICRO_BATCH_LOSSES``), so that the k micro-batches
 give exactly the one-batch update:
@@ -43,10 +45,20 @@ def micro_batch(split: Mapping[str, tf.Tensor], index: tf.Tensor) -> dict[str, t
   return {name: tf.gather(value, index) for name, value in split.items()}
 
 
-def dense_float32(grads: Sequence[tf.Tensor | tf.IndexedSlices | None]) -> list:
-  """Gradients as dense float32 tensors (None stays None): what the accumulators hold and
-  what the optimizer clips (tf.IndexedSlices rows of a repeated index are summed first)."""
-  return [None if g is None else tf.cast(tf.convert_to_tensor(g), tf.float32) for g in grads]
+def float32_grads(grads: Sequence[tf.Tensor | tf.IndexedSlices | None]) -> list:
+  """Gradients in float32, ``tf.IndexedSlices`` kept as they are (None stays None).
+
+  Embedding lookups by gather give ``IndexedSlices`` with one row per position; clipping by
+  global norm counts those rows unmerged, as the official CPU/GPU graph does.
+  """
+  out = []
+  for g in grads:
+    if isinstance(g, tf.IndexedSlices):
+      g = tf.IndexedSlices(tf.cast(g.values, tf.float32), g.indices, g.dense_shape)
+    elif g is not None:
+      g = tf.cast(g, tf.float32)
+    out.append(g)
+  return out
 
 
 def accumulator_bytes(variables: Sequence[tf.Variable]) -> int:

@@ -27,10 +27,9 @@ optimizer update on one global batch of `train_batch_size` examples, so the step
 learning-rate schedule, checkpoints, logs and FLOPs count updates. Each replica splits its batch
 into k micro-batches (see accumulation.py), runs step_fn on each with its own seed (`index`
 above becomes `update * k + micro-batch`), adds the gradients in float32 and applies them
-once (clipped once, by the optimizer). Gradients reach the optimizer dense for every k
-(embedding lookups give tf.IndexedSlices): the clipping norm is that of the true gradient,
-the same for any k and as in the official TPU graph (one-hot embeddings); the official
-CPU/GPU graph's IndexedSlices counted a repeated token's rows separately in the norm.
+once (clipped once, by the optimizer). Embedding lookups by gather give tf.IndexedSlices;
+their rows from all k micro-batches reach the optimizer unmerged, so the clipping norm counts
+the same rows as for one batch, as the official CPU/GPU graph's norm does for any k.
 `settings.micro_batch_losses` says how micro-batch losses combine; the logged `total_loss` is
 the update's (their mean or sum), other scalars are means over micro-batches.
 `batch_totals_fn(replica batch)`, when given, is computed once per update and passed to every
@@ -227,7 +226,7 @@ class Trainer:
     k = self._micro_batches
     if k == 1:
       grads, outputs = self._grad_fn(features, self._step_seed(index))
-      return accumulation.dense_float32(grads), outputs
+      return accumulation.float32_grads(grads), outputs
     totals = None if self.batch_totals_fn is None else dict(self.batch_totals_fn(features))
     split = accumulation.split_batch(features, k)
     first = tf.cast(index, tf.int64) * k
@@ -237,20 +236,31 @@ class Trainer:
       if totals is not None:
         micro[accumulation.BATCH_TOTALS] = totals
       grads, outputs = self._grad_fn(micro, self._step_seed(first + j))
-      return accumulation.dense_float32(grads), outputs
+      return accumulation.float32_grads(grads), outputs
 
     grads, sums = run(tf.constant(0, tf.int64))
-    present = [i for i, g in enumerate(grads) if g is not None]
+    dense = [i for i, g in enumerate(grads) if isinstance(g, tf.Tensor)]
+    sparse = [i for i, g in enumerate(grads) if isinstance(g, tf.IndexedSlices)]
 
-    def body(j, acc, sums):
+    def rows(dtype, first_rows):  # micro-batch j's IndexedSlices rows go to slot j
+      return tf.TensorArray(dtype, size=k, element_shape=first_rows.shape).write(0, first_rows)
+
+    def body(j, acc, values, indices, sums):
       more, outputs = run(j)
-      return (j + 1, [a + more[i] for a, i in zip(acc, present, strict=True)],
+      return (j + 1, [a + more[i] for a, i in zip(acc, dense, strict=True)],
+              [ta.write(j, more[i].values) for ta, i in zip(values, sparse, strict=True)],
+              [ta.write(j, more[i].indices) for ta, i in zip(indices, sparse, strict=True)],
               {name: sums[name] + outputs[name] for name in sums})
 
-    _, acc, sums = tf.while_loop(lambda j, acc, sums: j < k, body,
-                                 (tf.constant(1, tf.int64), [grads[i] for i in present], sums))
-    for i, a in zip(present, acc, strict=True):
+    _, acc, values, indices, sums = tf.while_loop(
+        lambda j, *_: j < k, body,
+        (tf.constant(1, tf.int64), [grads[i] for i in dense],
+         [rows(tf.float32, grads[i].values) for i in sparse],
+         [rows(grads[i].indices.dtype, grads[i].indices) for i in sparse], sums))
+    for i, a in zip(dense, acc, strict=True):
       grads[i] = a
+    for i, v, n in zip(sparse, values, indices, strict=True):
+      grads[i] = tf.IndexedSlices(v.concat(), n.concat(), grads[i].dense_shape)
     outputs = {name: value / k for name, value in sums.items()}
     if self._loss_weight == 1.0:  # the update's loss is the sum of the micro-batch losses
       outputs["total_loss"] = sums["total_loss"]
