@@ -214,7 +214,7 @@ def test_finetuning_token_id_out_of_vocab(tmp_path):
   assert len(ok) == 2
   with pytest.raises(tf.errors.InvalidArgumentError) as err:
     list(ft_features.input_dataset(path, specs, 1, is_training=False, vocab_size=30522))
-  assert training.loop.data_error_line(err.value) == (
+  assert training.errors.data_error_line(err.value) == (
       f"fine-tuning data {path} has token id 31000 but vocab_size is 30522 (built with a "
       "different vocab?)")
 

@@ -15,7 +15,7 @@ import tensorflow as tf
 
 from electra_tf.console import log
 from electra_tf.pretraining import data
-from electra_tf.training.loop import data_error_line
+from electra_tf.training.errors import data_error_line
 
 AUTO_LIMIT_BYTES = 2**30  # "auto" checks data smaller than this
 _CHECK_BATCH = 4096

@@ -6,15 +6,9 @@ from electra_tf.training.checkpointing import (
     check_model_dir,
     latest_checkpoint,
 )
-from electra_tf.training.loop import (
-    InputDataError,
-    NonFiniteLossError,
-    Trainer,
-    TrainSettings,
-    model_step_fn,
-    write_results,
-)
-from electra_tf.training.monitoring import secs_to_str
+from electra_tf.training.errors import InputDataError, NonFiniteLossError
+from electra_tf.training.loop import Trainer, TrainSettings, model_step_fn
+from electra_tf.training.monitoring import secs_to_str, write_results
 from electra_tf.training.runtime import (
     get_strategy,
     set_mixed_precision_policy,

@@ -46,33 +46,12 @@ import tf_keras
 
 from electra_tf.console import log
 from electra_tf.training import accumulation, checkpointing, monitoring, runtime
+from electra_tf.training.errors import InputDataError, NonFiniteLossError, data_error_line
 
 Features = Mapping[str, tf.Tensor]
 StepFn = Callable[[Features, tf.Tensor], Mapping[str, tf.Tensor]]
 DatasetFn = Callable[[tf.distribute.InputContext], tf.data.Dataset]
 BatchTotalsFn = Callable[[Features], Mapping[str, tf.Tensor]]
-
-
-class NonFiniteLossError(RuntimeError):
-  """The loss became NaN or Inf; nothing was saved after the last good checkpoint."""
-
-
-class InputDataError(RuntimeError):
-  """The input pipeline failed mid-run (corrupt shard, bad token id); progress was saved."""
-
-
-def data_error_line(error: tf.errors.OpError) -> str:
-  """The one line a failed `tf.debugging.Assert` in the input pipeline carries (its message,
-  without TensorFlow's "assertion failed: [...]" wrapper and op context), else TF's first line."""
-  text = (error.message or str(error)).strip()
-  marker = "assertion failed: ["
-  for line in text.splitlines():
-    if marker in line:
-      said = line.split(marker, 1)[1].split("]", 1)[0]  # shard paths hold no "]" in practice
-      return said.strip()
-  lines = [line.strip() for line in text.splitlines()
-           if line.strip() and not line.startswith("Graph execution error")]
-  return lines[0] if lines else type(error).__name__
 
 
 @dataclasses.dataclass(frozen=True)
@@ -130,19 +109,6 @@ def _build_optimizer(optimizer, variables: list[tf.Variable]) -> None:
   """Creates the slots of `variables` (legacy loss-scale wrappers have no build: the inner)."""
   build = getattr(optimizer, "build", None) or optimizer.inner_optimizer.build
   build(variables)
-
-
-def write_results(path: str, results: Mapping[str, float]) -> None:
-  """Writes eval results as sorted `key = value` lines, atomically (temp file + rename).
-
-  The line format is what the official `train_or_eval` logs for `estimator.evaluate`; the
-  official pre-training code names `results/unsup_results.txt` in its config but never writes it.
-  """
-  tf.io.gfile.makedirs(path.rsplit("/", 1)[0] if "/" in path else ".")
-  tmp = f"{path}.tmp"
-  with tf.io.gfile.GFile(tmp, "w") as f:
-    f.write("".join(f"{k} = {results[k]}\n" for k in sorted(results)))
-  tf.io.gfile.rename(tmp, path, overwrite=True)
 
 
 class Trainer:
@@ -480,5 +446,5 @@ class Trainer:
             tf.summary.scalar(k, v, step=step)
       writer.close()
       if results_file:
-        write_results(results_file, results)
+        monitoring.write_results(results_file, results)
     return results

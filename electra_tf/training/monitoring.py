@@ -108,3 +108,16 @@ class Progress:
     self._interval_time, self._interval_step = now, step
     self._sums, self._count = {}, 0
     return values
+
+
+def write_results(path: str, results: Mapping[str, float]) -> None:
+  """Writes eval results as sorted `key = value` lines, atomically (temp file + rename).
+
+  The line format is what the official `train_or_eval` logs for `estimator.evaluate`; the
+  official pre-training code names `results/unsup_results.txt` in its config but never writes it.
+  """
+  tf.io.gfile.makedirs(path.rsplit("/", 1)[0] if "/" in path else ".")
+  tmp = f"{path}.tmp"
+  with tf.io.gfile.GFile(tmp, "w") as f:
+    f.write("".join(f"{k} = {results[k]}\n" for k in sorted(results)))
+  tf.io.gfile.rename(tmp, path, overwrite=True)
