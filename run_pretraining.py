@@ -93,9 +93,10 @@ def train_or_eval(config: Any, strategy: Any = None, jit_compile: bool = False,
   start = run.trainer.restore_or_initialize()
   if config.do_train:
     log_fn("=" * 80 + f"\nRunning training from step {start}\n" + "=" * 80)
-    # A resumed run reseeds the data order instead of replaying the first batches again.
-    data_seed = None if config.seed is None else config.seed + start
-    results["train"] = run.trainer.train(task.dataset_fn(config, True, data_seed),
+    # Seeded: a resumed stream continues the uninterrupted one (the consumed batches are
+    # skipped); unseeded: the official non-deterministic order restarts.
+    skip = task.consumed_steps(config, start, log_fn)
+    results["train"] = run.trainer.train(task.dataset_fn(config, True, config.seed, skip),
                                          metrics=run.train_metrics)
   if config.do_eval:
     log_fn("=" * 80 + "\nRunning evaluation\n" + "=" * 80)

@@ -123,8 +123,8 @@ def _parse(records: tf.Tensor, path: tf.Tensor, max_seq_length: int) -> dict[str
 
 def pretraining_dataset(file_pattern: str | list[str], batch_size: int, max_seq_length: int,
                         is_training: bool = True, seed: int | None = None,
-                        input_context: tf.distribute.InputContext | None = None
-                        ) -> tf.data.Dataset:
+                        input_context: tf.distribute.InputContext | None = None,
+                        skip_steps: int = 0) -> tf.data.Dataset:
   """Batches of pre-training examples: {input_ids, input_mask, segment_ids} int32 [batch, seq].
 
   Args:
@@ -138,6 +138,8 @@ def pretraining_dataset(file_pattern: str | list[str], batch_size: int, max_seq_
       the official non-deterministic ("sloppy") order when training.
     input_context: from `strategy.distribute_datasets_from_function`: files are split between
       input pipelines (records, when there are fewer files than pipelines).
+    skip_steps: global batches already consumed (a resume at that step); with `seed` the
+      stream then continues exactly where an uninterrupted run would be.
   """
   files = expand_file_pattern(file_pattern)
   sizes = [tf.io.gfile.stat(f).length for f in files]
@@ -170,4 +172,9 @@ def pretraining_dataset(file_pattern: str | list[str], batch_size: int, max_seq_
     ds = ds.shard(num_pipelines, pipeline_id)
   if is_training:
     ds = ds.shuffle(SHUFFLE_BUFFER, seed=seed)
+  if skip_steps:
+    # Resume-exact: replaying the seeded stream and dropping what was consumed is exact and
+    # needs no iterator state in checkpoints; it costs reading and parsing the skipped examples
+    # (see skip_steps in run_pretraining.py's docstring for the measured rate).
+    ds = ds.skip(skip_steps * (batch_size // num_pipelines))
   return ds.batch(per_batch, drop_remainder=True).prefetch(autotune)
