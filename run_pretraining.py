@@ -15,11 +15,16 @@ starting weights, Adam slots if it has them, and the global step (so, as the off
 says for the released models, raise ``num_train_steps`` past the checkpoint's step).
 ``do_train`` then ``do_eval`` (the official allows only one; both is train, then evaluate).
 
-Randomness: the ``seed`` hparam seeds initialisation, dropout, the data order, and masking and
-generator sampling. The last two are stateless, drawn from ``[seed, step * replicas + replica]``,
-so they do not depend on where a run was resumed; dropout restarts its sequence in a resumed
-process and the data order is reseeded with ``seed + step``. Without the hparam a seed is drawn
-and logged, and the data order is the official non-deterministic one.
+Randomness: the ``seed`` hparam seeds initialisation, the data order, and masking, generator
+sampling and dropout. The last three are stateless, drawn from ``[seed, step * replicas +
+replica]`` (each dropout site folds in its own index), so they do not depend on where a run was
+resumed; a resumed run rebuilds the seeded data stream and skips the batches already consumed,
+so it trains on the batches an uninterrupted run would. A run killed any number of times (even
+during a save) and rerun ends with weights and Adam slots bit-identical to an uninterrupted
+one (tests/test_resume_exact.py). The skipped examples are read and parsed again:
+``benchmarks/bench_resume_skip.py`` measures the rate. Without the hparam a seed is drawn and
+logged for initialisation, masking, sampling and dropout, and the data order is the official
+non-deterministic one, restarted on a resume.
 
 Each log line (every ``iterations_per_loop`` steps) writes TensorBoard scalars averaged over the
 interval: ``total_loss``, ``mlm_loss`` (generator), ``disc_loss``, ``learning_rate``, the

@@ -21,10 +21,13 @@ from helpers import procs
 from data_prep import build_pretraining_dataset as bpd
 from electra_tf import training
 from electra_tf.config import PretrainingConfig
+from electra_tf.finetuning import classification, features
+from electra_tf.finetuning.model import FinetuningModel
 from electra_tf.modeling.bert_config import BertConfig
 from electra_tf.modeling.encoder import Transformer
 from electra_tf.pretraining.builder import build_pretraining_model
 from electra_tf.pretraining.data import pretraining_dataset
+from electra_tf.training.checkpointing import step_of
 
 REPO = pathlib.Path(__file__).resolve().parents[1]
 ENV = {**os.environ, "TF_CPP_MIN_LOG_LEVEL": "3", "CUDA_VISIBLE_DEVICES": "-1",
@@ -126,6 +129,29 @@ def test_seeded_stream_skipping_consumed_steps_continues_the_uninterrupted_one(p
   assert not np.array_equal(whole[0], resumed[0])
 
 
+def test_finetuning_seeded_stream_and_dropout_resume_exactly(tmp_path, tower_inputs):
+  specs = [features.FeatureSpec("eid")]
+  path = str(tmp_path / "train.tfrecord")
+  features.write_tfrecord(({"eid": i} for i in range(37)), specs, path)
+  stream = lambda skip, n: np.stack([b["eid"].numpy() for b in features.input_dataset(
+      path, specs, 4, is_training=True, seed=3, skip_examples=skip).take(n)])
+  whole = stream(0, 13)  # past the first pass over the 37 records
+  np.testing.assert_array_equal(stream(7 * 4, 6), whole[7:13])  # resumed at step 7
+
+  task = classification.SST("unused", None, 12)  # binary classification: a head with dropout
+  model = FinetuningModel(BertConfig(vocab_size=50, hidden_size=16, num_hidden_layers=1,
+                                     num_attention_heads=2, intermediate_size=32,
+                                     max_position_embeddings=16), [task])
+  ids, mask, segments = tower_inputs
+  batch = {"input_ids": ids, "input_mask": mask, "segment_ids": segments,
+           "task_id": tf.zeros([3], tf.int32), "sst_label_ids": tf.constant([0, 1, 1]),
+           "sst_eid": tf.range(3)}
+  loss = lambda seed: float(model(batch, training=True, seed=seed)["loss"])
+  assert loss(_trainer_seed(3, 4, 0)) == loss(_trainer_seed(3, 4, 0))
+  assert loss(_trainer_seed(3, 4, 0)) != loss(_trainer_seed(3, 5, 0))
+  assert float(model(batch)["loss"]) == float(model(batch, seed=_trainer_seed(3, 4, 0))["loss"])
+
+
 # ------------------------------------------------------------------------------ the drill
 
 NUM_STEPS = 40
@@ -151,7 +177,7 @@ def _run(data_dir, name, kill_in_save_step=None, log_file=None) -> subprocess.Po
 
 def _latest_step(model_dir: pathlib.Path) -> int:
   path = training.latest_checkpoint(str(model_dir)) if model_dir.exists() else None
-  return 0 if path is None else training.step_of(path)
+  return 0 if path is None else step_of(path)
 
 
 def _kill_after(proc, model_dir, step: int, delay: float) -> None:
