@@ -5,8 +5,10 @@ the first ``s * train_batch_size`` examples of the seeded stream (``pretraining_
 skip_steps=s)``), so the batches after the resume are those of an uninterrupted run. The
 skipped examples are still read, checked and parsed. This builds pre-training TFRecords
 (``--max_seq_length``, real text: wikitext-2 test) and times the first batch after skipping
-each of ``--skip_steps`` (batch ``--batch_size``), best of ``--repeats``; it prints the skip
-rate in examples/s and what a resume at ``--resume_steps`` would cost at that rate.
+each of ``--skip_steps`` (batch ``--batch_size``), best of ``--repeats`` after an untimed
+warm-up; it prints the skip rate in examples/s (between the smallest and largest skip) and what
+a resume at ``--resume_steps`` would cost at that rate, then, for comparison, the rate of only
+reading the same number of serialized records (what a skip before parsing would cost).
 
   python benchmarks/bench_resume_skip.py [--data_dir=../shared/data] [--skip_steps=0,200,1000]
 """
@@ -61,6 +63,7 @@ def main() -> None:
     pattern = str(out / "*")
     n = sum(1 for _ in tf.data.TFRecordDataset(tf.io.gfile.glob(pattern)))
     print(f"{n} examples of length {args.max_seq_length} in 4 files; batch {args.batch_size}")
+    first_batch_seconds(pattern, args.batch_size, args.max_seq_length, 0)  # warm-up
     times = {}
     for skip in (int(s) for s in args.skip_steps.split(",")):
       times[skip] = min(first_batch_seconds(pattern, args.batch_size, args.max_seq_length, skip)
@@ -72,6 +75,12 @@ def main() -> None:
     print(f"skip rate: {rate:,.0f} examples/s; a resume at step {args.resume_steps} "
           f"(batch {args.batch_size}) would spend {args.resume_steps * args.batch_size / rate:,.0f}"
           " s skipping")
+    n_read = top * args.batch_size
+    start = time.perf_counter()
+    raw = tf.data.TFRecordDataset(tf.io.gfile.glob(pattern)).repeat().skip(n_read)
+    next(iter(raw))
+    print(f"reading {n_read} serialized records only: "
+          f"{n_read / (time.perf_counter() - start):,.0f} records/s")
 
 
 if __name__ == "__main__":
