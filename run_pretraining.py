@@ -19,11 +19,16 @@ official README says for the released models, raise ``num_train_steps`` past the
 step).
 ``do_train`` then ``do_eval`` (the official allows only one; both is train, then evaluate).
 
-Randomness: the ``seed`` hparam seeds initialisation, dropout, the data order, and masking and
-generator sampling. The last two are stateless, drawn from ``[seed, step * replicas + replica]``,
-so they do not depend on where a run was resumed; dropout restarts its sequence in a resumed
-process and the data order is reseeded with ``seed + step``. Without the hparam a seed is drawn
-and logged, and the data order is the official non-deterministic one.
+Randomness: the ``seed`` hparam seeds initialisation, the data order, and masking, generator
+sampling and dropout. The last three are stateless, drawn from ``[seed, step * replicas +
+replica]`` (each dropout site folds in its own index), so they do not depend on where a run was
+resumed; a resumed run rebuilds the seeded data stream and skips the batches already consumed,
+so it trains on the batches an uninterrupted run would. A run killed any number of times (even
+during a save) and rerun ends with weights and Adam slots bit-identical to an uninterrupted
+one (tests/test_resume_exact.py). The skipped examples are read and parsed again:
+``benchmarks/bench_resume_skip.py`` measures the rate. Without the hparam a seed is drawn and
+logged for initialisation, masking, sampling and dropout, and the data order is the official
+non-deterministic one, restarted on a resume.
 
 Each log line (every ``iterations_per_loop`` steps) writes TensorBoard scalars averaged over the
 interval: ``total_loss``, ``mlm_loss`` (generator), ``disc_loss``, ``learning_rate``, the
@@ -107,9 +112,10 @@ def train_or_eval(config: Any, strategy: Any = None, jit_compile: bool = False,
   if config.do_train:
     model_dir.write_model_files(config.model_dir, config, config.vocab_file)
     log_fn("=" * 80 + f"\nRunning training from step {start}\n" + "=" * 80)
-    # A resumed run reseeds the data order instead of replaying the first batches again.
-    data_seed = None if config.seed is None else config.seed + start
-    results["train"] = run.trainer.train(task.dataset_fn(config, True, data_seed),
+    # Seeded: a resumed stream continues the uninterrupted one (the consumed batches are
+    # skipped); unseeded: the official non-deterministic order restarts.
+    skip = task.consumed_steps(config, start, log_fn)
+    results["train"] = run.trainer.train(task.dataset_fn(config, True, config.seed, skip),
                                          metrics=run.train_metrics)
   if config.do_eval:
     log_fn("=" * 80 + "\nRunning evaluation\n" + "=" * 80)

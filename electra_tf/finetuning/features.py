@@ -132,16 +132,20 @@ def check_token_ids(features: dict[str, tf.Tensor], path: str,
 
 def input_dataset(path: str, specs: Sequence[FeatureSpec], batch_size: int, is_training: bool,
                   shuffle_buffer: int = 100, seed: int | None = None,
-                  vocab_size: int | None = None) -> tf.data.Dataset:
+                  vocab_size: int | None = None, skip_examples: int = 0) -> tf.data.Dataset:
   """Batches of decoded features (official ``input_fn``): training repeats and shuffles.
 
   Every batch is full (``drop_remainder``); the writer pads files to a batch multiple.
   With ``vocab_size``, a token id outside [0, vocab_size) stops the pipeline with an error
   naming the file (a cache built with another vocabulary).
+  ``skip_examples``: records of the (seeded) stream already consumed, dropped before decoding
+  (a resume continues the uninterrupted stream; skipping serialized records is cheap).
   """
   dataset = tf.data.TFRecordDataset(path)
   if is_training:
     dataset = dataset.repeat().shuffle(shuffle_buffer, seed=seed)
+  if skip_examples:
+    dataset = dataset.skip(skip_examples)
   dataset = dataset.map(lambda r: decode_record(r, specs), num_parallel_calls=tf.data.AUTOTUNE)
   dataset = dataset.batch(batch_size, drop_remainder=True)
   if vocab_size is not None:

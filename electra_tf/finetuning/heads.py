@@ -3,8 +3,9 @@
 Every head is called as ``head(sequence_output, features, training=False)`` and returns
 ``(outputs, per_example_loss)``: ``outputs`` is the official output dict of the task's
 ``get_prediction_module`` (``loss``, ``logits``/``predictions``/..., ``eid``) and
-``per_example_loss`` is [batch]. ``features`` holds the batch's decoded features by their
-official names (``<task>_label_ids``, ``<task>_start_positions``, ``input_mask``, ...).
+``per_example_loss`` is [batch]. Heads with dropout also take ``seed`` (int [2]: stateless
+masks, see ``electra_tf.modeling.dropout``). ``features`` holds the batch's decoded features by
+their official names (``<task>_label_ids``, ``<task>_start_positions``, ``input_mask``, ...).
 
 Variables are created under the absolute scope ``task_specific/<task>/`` with the official
 layer names (``dense``, ``dense_1``, ``qa_hidden``, ...), so ``variable.name[:-2]`` is the TF1
@@ -20,6 +21,7 @@ import tensorflow as tf
 import tf_keras
 
 from electra_tf import names
+from electra_tf.modeling.dropout import dropout
 from electra_tf.modeling.layers import Dense, ScopedLayer, gelu, serializable
 
 
@@ -82,9 +84,9 @@ class ClassificationHead(TaskHead):
     super().build(input_shape)
 
   def call(self, sequence_output: tf.Tensor, features: Mapping[str, tf.Tensor],
-           training: bool = False):
-    """[B, T, H] -> (outputs, loss [B])."""
-    reprs = self.dropout(_float(sequence_output)[:, 0], training=training)  # [B, H]
+           training: bool = False, seed: tf.Tensor | None = None):
+    """[B, T, H] -> (outputs, loss [B]); ``seed`` [2]: stateless dropout (None: Keras)."""
+    reprs = dropout(self.dropout, _float(sequence_output)[:, 0], training, seed)  # [B, H]
     logits = self.dense(reprs)  # [B, num_labels]
     label_ids = features[self.task_name + "_label_ids"]
     losses = _cross_entropy(logits, label_ids)
@@ -115,9 +117,9 @@ class RegressionHead(TaskHead):
     super().build(input_shape)
 
   def call(self, sequence_output: tf.Tensor, features: Mapping[str, tf.Tensor],
-           training: bool = False):
-    """[B, T, H] -> (outputs, loss [B])."""
-    reprs = self.dropout(_float(sequence_output)[:, 0], training=training)
+           training: bool = False, seed: tf.Tensor | None = None):
+    """[B, T, H] -> (outputs, loss [B]); ``seed`` [2]: stateless dropout (None: Keras)."""
+    reprs = dropout(self.dropout, _float(sequence_output)[:, 0], training, seed)
     predictions = tf.squeeze(self.dense(reprs), -1)  # [B]
     targets = features[self.task_name + "_targets"]
     losses = tf.square(predictions - _float(targets))

@@ -20,6 +20,7 @@ Initialisation (``load_init_checkpoint``):
 
 from __future__ import annotations
 
+import inspect
 from collections.abc import Mapping, Sequence
 from typing import Any
 
@@ -29,6 +30,7 @@ import tf_keras
 from electra_tf import checkpoints
 from electra_tf.finetuning.heads import multitask_loss
 from electra_tf.modeling.bert_config import BertConfig
+from electra_tf.modeling.dropout import site_seed
 from electra_tf.modeling.encoder import Transformer
 from electra_tf.optimization import AdamWeightDecay, Lamb, create_optimizer
 
@@ -81,7 +83,8 @@ class FinetuningModel(tf_keras.Model):
     return checkpoints.variables_by_name(self.variables)
 
   def call(self, features: Mapping[str, tf.Tensor], training: bool = False,
-           task_names: Sequence[str] | None = None) -> dict[str, Any]:
+           task_names: Sequence[str] | None = None,
+           seed: tf.Tensor | None = None) -> dict[str, Any]:
     """Runs the encoder and the heads.
 
     Args:
@@ -90,13 +93,17 @@ class FinetuningModel(tf_keras.Model):
       training: dropout on, and the SQuAD head's training path (end logits from the gold start).
       task_names: run only these heads (the others' losses count as 0); None runs all, as the
         official graph does. Prediction on a single-task batch uses it to skip the other heads.
+      seed: int [2] (the Trainer's per-step, per-replica seed): dropout masks are drawn
+        statelessly from it, so a resumed run draws the masks of an uninterrupted one (encoder
+        from sub-seed 0, head i from sub-seed i + 1); None: Keras (stateful) dropout.
     Returns:
       ``loss`` [] (official multi-task loss: each example's own task loss, summed),
       ``task_id`` [B], ``sequence_output`` [B, T, H] and, per head run, ``<task>``: its output
       dict (see ``electra_tf.finetuning.heads``).
     """
+    seed = seed if training else None
     encoded = self.encoder(features["input_ids"], features["input_mask"],
-                           features["segment_ids"], training=training)
+                           features["segment_ids"], training=training, seed=site_seed(seed, 0))
     sequence_output = encoded["sequence_output"]
     task_id = features["task_id"]
     outputs: dict[str, Any] = {"task_id": task_id, "sequence_output": sequence_output}
@@ -104,12 +111,16 @@ class FinetuningModel(tf_keras.Model):
     if unknown:
       raise ValueError(f"unknown task(s) {unknown}; the model has {self.task_names}")
     losses = []
-    for name in self.task_names:
+    for i, name in enumerate(self.task_names):
       if task_names is not None and name not in task_names:
         losses.append(tf.zeros(tf.shape(task_id), tf.float32))
         continue
-      task_outputs, per_example_loss = self.heads[name](sequence_output, features,
-                                                        training=training)
+      head = self.heads[name]
+      seeded = ({"seed": site_seed(seed, i + 1)}  # heads without dropout take no seed
+                if seed is not None and "seed" in inspect.signature(head.call).parameters
+                else {})
+      task_outputs, per_example_loss = head(sequence_output, features, training=training,
+                                            **seeded)
       outputs[name] = task_outputs
       losses.append(per_example_loss)
     outputs["loss"] = multitask_loss(losses, task_id)

@@ -82,18 +82,23 @@ class ModelRunner:
         save_checkpoints_steps=c.save_checkpoints_steps, seed=self.seed or 0,
         log_total_loss=False, gradient_accumulation_steps=c.gradient_accumulation_steps,
         micro_batch_losses="sum")  # the official loss sums over the batch
-    model, n_tasks = self.model, len(self.tasks)
+    model, n_tasks, seeded = self.model, len(self.tasks), self.seed is not None
 
     def step_fn(batch, seed):
-      return train_step_outputs(model(batch, training=True)["loss"], batch["task_id"], n_tasks)
+      # Seeded: dropout masks drawn from the per-step, per-replica seed (resume-exact).
+      out = model(batch, training=True, seed=seed if seeded else None)
+      return train_step_outputs(out["loss"], batch["task_id"], n_tasks)
 
     trainer = training.Trainer(self.strategy, model, optimizer, settings, step_fn=step_fn,
                                init_fn=self._init_weights, log_fn=log)
+    # Seeded: a resumed run continues the uninterrupted data stream (consumed records skipped).
+    consumed = trainer.restore_or_initialize() * c.train_batch_size if seeded else 0
 
     def dataset_fn(ctx):
       batch = ctx.get_per_replica_batch_size(c.train_batch_size)
       return features.input_dataset(path, self.pre.specs, batch, is_training=True,
-                                    seed=self.seed, vocab_size=c.vocab_size)
+                                    seed=self.seed, vocab_size=c.vocab_size,
+                                    skip_examples=consumed // ctx.num_input_pipelines)
 
     log(f"Training for {steps} steps ({n_records} records, batch {c.train_batch_size}, "
         f"{c.num_train_epochs} epochs)")

@@ -18,6 +18,7 @@ import tf_keras
 
 from electra_tf import names
 from electra_tf.modeling.bert_config import BertConfig
+from electra_tf.modeling.dropout import dropout, site_seed
 from electra_tf.modeling.layers import (
   Dense,
   LayerNorm,
@@ -85,9 +86,12 @@ class Embeddings(ScopedLayer):
             "initializer_range": self.initializer_range, "dropout_rate": self.dropout.rate,
             "use_one_hot_embeddings": self.use_one_hot_embeddings}
 
-  def call(self, input_ids: tf.Tensor, segment_ids: tf.Tensor,
-           training: bool = False) -> tuple[tf.Tensor, tf.Tensor]:
-    """[B, T] ids -> (token_embeddings [B, T, E], postprocessed [B, T, E])."""
+  def call(self, input_ids: tf.Tensor, segment_ids: tf.Tensor, training: bool = False,
+           seed: tf.Tensor | None = None) -> tuple[tf.Tensor, tf.Tensor]:
+    """[B, T] ids -> (token_embeddings [B, T, E], postprocessed [B, T, E]).
+
+    ``seed``: int [2] for stateless dropout (see ``dropout.py``); None: the Keras layer's.
+    """
     if self.use_one_hot_embeddings:
       token_embeddings = _one_hot_lookup(self.word_embeddings, input_ids)
     else:
@@ -99,7 +103,7 @@ class Embeddings(ScopedLayer):
     x = token_embeddings + _one_hot_lookup(self.token_type_embeddings, segment_ids)
     positions = tf.slice(tf.convert_to_tensor(self.position_embeddings), [0, 0], [seq_length, -1])
     x += tf.expand_dims(positions, 0)
-    x = self.dropout(self.layer_norm(x), training=training)
+    x = dropout(self.dropout, self.layer_norm(x), training, seed)
     return token_embeddings, x
 
 
@@ -156,8 +160,12 @@ class TransformerBlock(ScopedLayer):
     x = tf.reshape(x, [batch, seq, self.num_heads, self.head_size])
     return tf.transpose(x, [0, 2, 1, 3])
 
-  def call(self, x: tf.Tensor, attention_adder: tf.Tensor, training: bool = False) -> tf.Tensor:
-    """x [B, T, H], attention_adder [B, 1, T or 1, T] (0 or -10000) -> [B, T, H]."""
+  def call(self, x: tf.Tensor, attention_adder: tf.Tensor, training: bool = False,
+           seed: tf.Tensor | None = None) -> tf.Tensor:
+    """x [B, T, H], attention_adder [B, 1, T or 1, T] (0 or -10000) -> [B, T, H].
+
+    ``seed``: int [2] for stateless dropout, one sub-seed per dropout site; None: Keras layers'.
+    """
     batch, seq = tf.shape(x)[0], tf.shape(x)[1]
     q = self._split_heads(self.query(x), batch, seq)
     k = self._split_heads(self.key(x), batch, seq)
@@ -166,13 +174,14 @@ class TransformerBlock(ScopedLayer):
     scores = tf.matmul(q, k, transpose_b=True) * (1.0 / math.sqrt(float(self.head_size)))
     scores = tf.cast(scores, tf.float32) + attention_adder
     probs = tf.cast(tf.nn.softmax(scores), x.dtype)
-    probs = self.attention_dropout(probs, training=training)
+    probs = dropout(self.attention_dropout, probs, training, site_seed(seed, 0))
     context = tf.transpose(tf.matmul(probs, v), [0, 2, 1, 3])  # [B, T, N, H/N]
     context = tf.reshape(context, [batch, seq, self.hidden_size])
-    attention = self.hidden_dropout(self.attention_output(context), training=training)
+    attention = dropout(self.hidden_dropout, self.attention_output(context), training,
+                        site_seed(seed, 1))
     attention = self.attention_norm(attention + x)
     out = self.output_dense(self.intermediate(attention))
-    out = self.hidden_dropout(out, training=training)
+    out = dropout(self.hidden_dropout, out, training, site_seed(seed, 2))
     return self.output_norm(out + attention)
 
 
@@ -259,18 +268,22 @@ class Transformer(tf_keras.layers.Layer):
     return self.embeddings.word_embeddings
 
   def call(self, input_ids: tf.Tensor, input_mask: tf.Tensor, segment_ids: tf.Tensor,
-           training: bool = False) -> dict[str, tf.Tensor]:
+           training: bool = False, seed: tf.Tensor | None = None) -> dict[str, tf.Tensor]:
     """Runs the tower.
 
     Args:
       input_ids, input_mask, segment_ids: int32 [B, T].
+      training: dropout on.
+      seed: int [2]: dropout masks drawn statelessly from it (the embeddings from sub-seed 0,
+        layer i from sub-seed i + 1), the same in every process; None: Keras (stateful) dropout.
     Returns:
       dict with ``token_embeddings`` [B, T, E] (raw lookup), ``embedding_postprocessed``
       [B, T, E] (+ type/position, LayerNorm), ``embedding_output`` [B, T, H] (after the
       projection; the transformer input), ``all_layer_outputs`` [L, B, T, H] and
       ``sequence_output`` [B, T, H].
     """
-    token_embeddings, x = self.embeddings(input_ids, segment_ids, training=training)
+    token_embeddings, x = self.embeddings(input_ids, segment_ids, training=training,
+                                          seed=site_seed(seed, 0))
     postprocessed = x
     if self.embeddings_project is not None:
       x = self.embeddings_project(x)
@@ -278,7 +291,7 @@ class Transformer(tf_keras.layers.Layer):
     adder = attention_adder(input_mask, self.attention_type)
     layers = []
     for block in self.blocks:
-      x = block(x, adder, training=training)
+      x = block(x, adder, training=training, seed=site_seed(seed, len(layers) + 1))
       layers.append(x)
     return {
         "token_embeddings": token_embeddings,

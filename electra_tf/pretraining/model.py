@@ -22,6 +22,7 @@ import tensorflow as tf
 import tf_keras
 
 from electra_tf.modeling.bert_config import BertConfig
+from electra_tf.modeling.dropout import site_seed
 from electra_tf.modeling.encoder import Transformer
 from electra_tf.modeling.heads import DiscriminatorHead, MaskedLMHead
 from electra_tf.pretraining import masking
@@ -41,6 +42,9 @@ from electra_tf.pretraining.objective import (
 TOWER_KEYS = ("token_embeddings", "embedding_postprocessed", "embedding_output",
               "all_layer_outputs", "sequence_output")
 TowerOutputs = Mapping[str, tf.Tensor]
+# Dropout sub-seed of each tower run of a step (the tied generator runs the discriminator tower
+# twice: its two runs draw different masks).
+GEN_RUN, LTR_RUN, RTL_RUN, DISC_RUN = range(4)
 
 
 class Generated(NamedTuple):
@@ -75,9 +79,12 @@ class Discriminated(NamedTuple):
   tower: TowerOutputs
 
 
-def _run_tower(tower: Transformer, inputs: masking.Inputs, training: bool) -> dict[str, tf.Tensor]:
-  """The tower's outputs on ``inputs`` plus the ``input_ids`` it read."""
-  result = tower(inputs.input_ids, inputs.input_mask, inputs.segment_ids, training=training)
+def _run_tower(tower: Transformer, inputs: masking.Inputs, training: bool,
+               seed: tf.Tensor | None = None, run: int = 0) -> dict[str, tf.Tensor]:
+  """The tower's outputs on ``inputs`` plus the ``input_ids`` it read; dropout drawn from
+  sub-seed ``run`` of ``seed`` [2] when given."""
+  result = tower(inputs.input_ids, inputs.input_mask, inputs.segment_ids, training=training,
+                 seed=site_seed(seed, run))
   return {"input_ids": inputs.input_ids, **{k: result[k] for k in TOWER_KEYS}}
 
 
@@ -148,18 +155,20 @@ class PretrainingModel(tf_keras.Model):
 
   # ----- stages that need weights --------------------------------------------------------------
 
-  def _generator_towers(self, inputs: masking.Inputs, training: bool
+  def _generator_towers(self, inputs: masking.Inputs, training: bool,
+                        seed: tf.Tensor | None = None
                         ) -> tuple[tf.Tensor, dict[str, TowerOutputs]]:
-    """(generator representation [B, T, Hg], tower outputs by record prefix)."""
+    """(generator representation [B, T, Hg], tower outputs by record prefix); ``seed``: the
+    step's dropout seed [2] or None."""
     kind = self.objective.generator
     if kind == UNIFORM:
       raise ValueError("the uniform generator has no representation")
     if kind != TWO_TOWERS:
       tower = self.discriminator if self.generator_is_discriminator else self.generator
-      gen = _run_tower(tower, inputs, training)
+      gen = _run_tower(tower, inputs, training, seed, GEN_RUN)
       return gen["sequence_output"], {"gen_": gen}
-    ltr = _run_tower(self.generator_ltr, inputs, training)
-    rtl = _run_tower(self.generator_rtl, inputs, training)
+    ltr = _run_tower(self.generator_ltr, inputs, training, seed, LTR_RUN)
+    rtl = _run_tower(self.generator_rtl, inputs, training, seed, RTL_RUN)
     # Position t sees ltr[t - 1] and rtl[t + 1] (official roll, wrapping around).
     hidden = tf.concat([tf.roll(ltr["sequence_output"], shift=1, axis=1),
                         tf.roll(rtl["sequence_output"], shift=-1, axis=1)], -1)
@@ -174,8 +183,10 @@ class PretrainingModel(tf_keras.Model):
     return self._generator_towers(inputs, training)[0]
 
   def generate(self, inputs: masking.Inputs, masked: masking.Inputs, *,
-               training: bool = False) -> Generated:
+               training: bool = False, seed: tf.Tensor | None = None) -> Generated:
     """Stage 2: generator logits at ``masked``'s slots and the generator losses.
+
+    ``seed``: the step's dropout seed [2] (``Objective.dropout_seed``); None: Keras dropout.
 
     The one-tower generators read the masked input; the two-tower cloze generator reads the
     original ``inputs`` (each position sees only its neighbours) and predicts every position.
@@ -185,29 +196,30 @@ class PretrainingModel(tf_keras.Model):
       mlm_logits = tf.zeros(tf.concat([tf.shape(masked.masked_lm_ids), [obj.vocab_size]], 0))
       return Generated(mlm_logits, objective_lib.generator_losses(mlm_logits, masked))
     if obj.generator == TWO_TOWERS:
-      hidden, towers = self._generator_towers(inputs, training)
+      hidden, towers = self._generator_towers(inputs, training, seed)
       cloze_logits = tf.cast(self.cloze_head(hidden), tf.float32)  # [B, T, V]
       cloze_weights = tf.cast(masking.get_candidates_mask(inputs, obj.vocab), tf.float32)
       mlm_logits = masking.gather_positions(cloze_logits, masked.masked_lm_positions)
       losses = objective_lib.generator_losses(mlm_logits, masked, cloze_logits, cloze_weights,
                                               inputs.input_ids)
       return Generated(mlm_logits, losses, hidden, cloze_logits, cloze_weights, towers)
-    hidden, towers = self._generator_towers(masked, training)
+    hidden, towers = self._generator_towers(masked, training, seed)
     mlm_logits = tf.cast(self.generator_head(
         masking.gather_positions(hidden, masked.masked_lm_positions)), tf.float32)
     return Generated(mlm_logits, objective_lib.generator_losses(mlm_logits, masked),
                      towers=towers)
 
   def discriminate(self, inputs: masking.Inputs, labels: tf.Tensor | None = None, *,
-                   training: bool = False,
-                   cloze_log_probs: tf.Tensor | None = None) -> Discriminated:
+                   training: bool = False, cloze_log_probs: tf.Tensor | None = None,
+                   seed: tf.Tensor | None = None) -> Discriminated:
     """Stage 4: discriminator logits [B, T] on ``inputs`` and, given int ``labels`` [B, T],
     the loss. Electric needs ``cloze_log_probs`` [B, T, V] (see ``objective.electric_logits``).
+    ``seed``: the step's dropout seed [2]; None: Keras dropout.
     """
     if self.discriminator_head is None:
       raise ValueError("this model has no discriminator (electra_objective and "
                        "electric_objective are both false)")
-    tower = _run_tower(self.discriminator, inputs, training)
+    tower = _run_tower(self.discriminator, inputs, training, seed, DISC_RUN)
     logits = tf.cast(self.discriminator_head(tower["sequence_output"]), tf.float32)
     raw_logits = log_q = None
     if self.objective.kind == ELECTRIC:
@@ -245,7 +257,9 @@ class PretrainingModel(tf_keras.Model):
       training: dropout on (the towers; the heads have none, as in the official code).
       draws: optional injected randomness: ``categorical_positions`` int32 [B, N],
         ``mask_uniform`` float32 [B, N], ``gumbel_uniform`` float32 [B, N, V].
-      seed: per-step seed (scalar or [2] int) for the stateless draws not injected.
+      seed: per-step seed (scalar or [2] int) for the stateless draws not injected and, when
+        training, the towers' dropout masks (``Objective.dropout_seed``; with no seed at all,
+        Keras dropout).
       return_intermediates: also return tower outputs and full-vocabulary logits (large).
     Returns:
       see ``step_outputs``.
@@ -254,8 +268,9 @@ class PretrainingModel(tf_keras.Model):
     draws = dict(draws or {})
     inputs = masking.features_to_inputs(features)
     mask_seed, sample_seed = obj.step_seeds(seed)
+    dropout_seed = obj.dropout_seed(seed) if training else None
     masked = objective_lib.mask(inputs, obj, draws, mask_seed)
-    generated = self.generate(inputs, masked, training=training)
+    generated = self.generate(inputs, masked, training=training, seed=dropout_seed)
     if not obj.has_discriminator:  # masked LM only: nothing is sampled
       total_loss = obj.gen_weight * generated.losses.loss
       return step_outputs(obj, inputs, masked, generated, None, None, total_loss,
@@ -263,7 +278,7 @@ class PretrainingModel(tf_keras.Model):
     corrupted = objective_lib.corrupt(masked, generated.mlm_logits, obj,
                                       draws.get("gumbel_uniform"), sample_seed)
     judged = self.discriminate(corrupted.inputs, corrupted.labels, training=training,
-                               cloze_log_probs=generated.cloze_log_probs)
+                               cloze_log_probs=generated.cloze_log_probs, seed=dropout_seed)
     total_loss = obj.gen_weight * generated.losses.loss + obj.disc_weight * judged.losses.loss
     return step_outputs(obj, inputs, masked, generated, corrupted, judged, total_loss,
                         return_intermediates)

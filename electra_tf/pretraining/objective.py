@@ -35,6 +35,8 @@ DISCRIMINATOR_TOWER = "discriminator_tower"  # the discriminator tower itself (a
 UNIFORM = "uniform"  # zero logits: uniform samples, no generator weights
 GENERATORS = (OWN_TOWER, TWO_TOWERS, DISCRIMINATOR_TOWER, UNIFORM)
 
+_DROPOUT = 1  # folded into a step's seed for its dropout seed (masking and sampling split it)
+
 
 @dataclasses.dataclass(frozen=True)
 class Objective:
@@ -83,6 +85,19 @@ class Objective:
     """log(mask_prob / (1 - mask_prob)) in float32 (ratio in float64 first, as the official)."""
     return tf.math.log(tf.constant(self.mask_prob / (1 - self.mask_prob), tf.float32))
 
+  def _base_seed(self, seed: tf.Tensor | int | None) -> tf.Tensor | None:
+    """The int64 [2] seed of one call (see ``step_seeds``), or None for stateful draws."""
+    if seed is None:
+      if self.seed is None:
+        return None
+      return tf.constant([int(self.seed), 0], tf.int64)
+    seed = tf.cast(seed, tf.int64)
+    if seed.shape.rank == 0:
+      return tf.stack([tf.constant(int(self.seed or 0), tf.int64), seed])
+    if seed.shape.as_list() == [2]:
+      return seed
+    raise ValueError(f"seed must be a scalar or shape [2], got shape {seed.shape}")
+
   def step_seeds(self, seed: tf.Tensor | int | None
                  ) -> tuple[tf.Tensor | None, tf.Tensor | None]:
     """(masking seed, sampling seed), each int64 [2], or (None, None) for stateful draws.
@@ -91,20 +106,17 @@ class Objective:
     a [2] seed is used as it is. Without a per-step seed the model seed alone is used, so
     every call draws the same randomness: a training loop passes the step number.
     """
-    if seed is None:
-      if self.seed is None:
-        return None, None
-      base = tf.constant([int(self.seed), 0], tf.int64)
-    else:
-      seed = tf.cast(seed, tf.int64)
-      if seed.shape.rank == 0:
-        base = tf.stack([tf.constant(int(self.seed or 0), tf.int64), seed])
-      elif seed.shape.as_list() == [2]:
-        base = seed
-      else:
-        raise ValueError(f"seed must be a scalar or shape [2], got shape {seed.shape}")
+    base = self._base_seed(seed)
+    if base is None:
+      return None, None
     seeds = tf.random.experimental.stateless_split(base, 2)
     return seeds[0], seeds[1]
+
+  def dropout_seed(self, seed: tf.Tensor | int | None) -> tf.Tensor | None:
+    """The [2] seed the towers' dropout masks are drawn from (from the same per-step seed as
+    ``step_seeds``, independent of masking and sampling), or None for Keras dropout."""
+    base = self._base_seed(seed)
+    return None if base is None else tf.random.experimental.stateless_fold_in(base, _DROPOUT)
 
 
 # ------------------------------------------------------------------------------ stage results

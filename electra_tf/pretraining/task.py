@@ -147,14 +147,16 @@ def eval_step_fn(model: PretrainingModel, metrics: Sequence[Any]) -> Callable:
   return tf.autograph.experimental.do_not_convert(step)
 
 
-def dataset_fn(config: Any, is_training: bool, seed: int | None) -> Callable:
-  """dataset_fn(input_context) for the Trainer: the official input pipeline per replica."""
+def dataset_fn(config: Any, is_training: bool, seed: int | None,
+               skip_steps: int = 0) -> Callable:
+  """dataset_fn(input_context) for the Trainer: the official input pipeline per replica;
+  ``skip_steps`` global batches of the stream are dropped first (a seeded resume)."""
   batch_size = config.train_batch_size if is_training else config.eval_batch_size
 
   def fn(ctx):
     return data.pretraining_dataset(config.pretrain_tfrecords, batch_size, config.max_seq_length,
                                     is_training=is_training, seed=seed, input_context=ctx,
-                                    vocab_size=config.vocab_size)
+                                    vocab_size=config.vocab_size, skip_steps=skip_steps)
 
   return fn
 
@@ -209,6 +211,33 @@ def init_from_checkpoint(model: PretrainingModel, optimizer: Any, path: str,
     log_fn(f"  not used: {', '.join(report.unused_other[:5])}"
            f"{' ...' if len(report.unused_other) > 5 else ''}")
   return step
+
+
+def checkpoint_step(path: str) -> int | None:
+  """The global step stored in a TF1 (``global_step``) or TF2 (``step``) checkpoint, 0 when it
+  has none, None when ``path`` cannot be read."""
+  try:
+    reader = tf.train.load_checkpoint(checkpoints.resolve_checkpoint(path))
+  except (FileNotFoundError, ValueError, tf.errors.OpError):
+    return None
+  shapes = reader.get_variable_to_shape_map()
+  for key in ("global_step", "step/.ATTRIBUTES/VARIABLE_VALUE"):
+    if key in shapes:
+      return int(reader.get_tensor(key))
+  return 0
+
+
+def consumed_steps(config: Any, start: int, log_fn: Callable[[str], None] = log) -> int:
+  """Training batches a seeded run already took from its data stream when it (re)starts at
+  global step ``start``: ``start`` minus the step it began at (that of ``init_checkpoint``)."""
+  if config.seed is None:
+    return 0  # the official non-deterministic order: nothing to continue
+  begin = checkpoint_step(config.init_checkpoint) if config.init_checkpoint else 0
+  if begin is None:
+    log_fn(f"Cannot read the step of init_checkpoint {config.init_checkpoint}: the data stream "
+           "restarts instead of continuing")
+    return 0
+  return max(start - begin, 0)
 
 
 # ------------------------------------------------------------------------------ the run
