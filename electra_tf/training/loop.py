@@ -212,10 +212,10 @@ class Trainer:
       return tf.TensorArray(dtype, size=k, element_shape=first_rows.shape).write(0, first_rows)
 
     def body(j, acc, values, indices, sums):
-      more, outputs = run(j)
+      more, outputs, slot = *run(j), tf.cast(j, tf.int32)
       return (j + 1, [a + more[i] for a, i in zip(acc, dense, strict=True)],
-              [ta.write(j, more[i].values) for ta, i in zip(values, sparse, strict=True)],
-              [ta.write(j, more[i].indices) for ta, i in zip(indices, sparse, strict=True)],
+              [ta.write(slot, more[i].values) for ta, i in zip(values, sparse, strict=True)],
+              [ta.write(slot, more[i].indices) for ta, i in zip(indices, sparse, strict=True)],
               {name: sums[name] + outputs[name] for name in sums})
 
     _, acc, values, indices, sums = tf.while_loop(
