@@ -24,16 +24,18 @@ import os
 import sys
 from collections.abc import Sequence
 
+from electra_tf import console  # noqa: I001 -- console.quiet must run before TensorFlow loads
+
+if __name__ == "__main__":
+  console.quiet(sys.argv)
 os.environ.setdefault("TF_USE_LEGACY_KERAS", "1")  # tf_keras (Keras 2), as everywhere here
-os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 
 import tensorflow as tf  # noqa: E402
-from absl import app, flags  # noqa: E402
+from absl import flags  # noqa: E402
 
 from electra_tf import training  # noqa: E402
 from electra_tf.cli import data_dir_and_model_name  # noqa: E402
 from electra_tf.config import FinetuningConfig, load_hparams  # noqa: E402
-from electra_tf.finetuning.task import DataError  # noqa: E402
 from electra_tf.finetuning.trials import run_finetuning  # noqa: E402
 
 __all__ = ["run_finetuning"]  # the library's trial loop, importable from here as before
@@ -55,13 +57,10 @@ flags.DEFINE_integer("num_gpus", None, "GPUs to use (default: all visible).")
 def main(argv: Sequence[str]) -> None:
   data_dir, model_name = data_dir_and_model_name(list(argv))
   tf.get_logger().setLevel("ERROR")  # as the official script
-  try:
-    config = FinetuningConfig(model_name, data_dir, **load_hparams(FLAGS.hparams))
-    strategy = training.get_strategy(FLAGS.distribution_strategy, FLAGS.num_gpus)
-    run_finetuning(config, strategy, FLAGS.use_tfds, FLAGS.tfds_data_dir)
-  except (ValueError, FileNotFoundError, DataError) as e:
-    sys.exit(f"run_finetuning.py: error: {e}")
+  config = FinetuningConfig(model_name, data_dir, **load_hparams(FLAGS.hparams))
+  strategy = training.get_strategy(FLAGS.distribution_strategy, FLAGS.num_gpus)
+  run_finetuning(config, strategy, FLAGS.use_tfds, FLAGS.tfds_data_dir)
 
 
 if __name__ == "__main__":
-  app.run(main)
+  console.run(main, "run_finetuning.py")

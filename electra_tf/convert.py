@@ -17,9 +17,12 @@ from __future__ import annotations
 import os
 import sys
 
-from absl import app, flags, logging
+from electra_tf import console  # noqa: I001 -- console.quiet must run before TensorFlow loads
 
-from electra_tf.console import log
+if __name__ == "__main__":
+  console.quiet(sys.argv)
+
+from absl import app, flags, logging  # noqa: E402
 
 FLAGS = flags.FLAGS
 
@@ -129,19 +132,22 @@ def main(argv):
     raise app.UsageError("--checkpoint and --output_dir are required")
   from electra_tf.config import load_hparams
 
-  try:
-    if "task_names" in load_hparams(FLAGS.hparams):
-      result = convert_finetuned(FLAGS.checkpoint, FLAGS.hparams, FLAGS.output_dir,
-                                 FLAGS.data_dir)
-    else:
-      result = convert(FLAGS.checkpoint, FLAGS.hparams, FLAGS.output_dir, hf=FLAGS.hf)
-  except (FileNotFoundError, ValueError) as e:
-    sys.exit(f"convert: error: {e}")
-  log(f"wrote {result['tf2']}, {result['saved_model']} (signatures: "
-        f"{', '.join(result['signatures'])}), {result['tf1']}"
-        + (f", {result['hf']}" if result["hf"] else ""))
+  if "task_names" in load_hparams(FLAGS.hparams):
+    result = convert_finetuned(FLAGS.checkpoint, FLAGS.hparams, FLAGS.output_dir, FLAGS.data_dir)
+  else:
+    result = convert(FLAGS.checkpoint, FLAGS.hparams, FLAGS.output_dir, hf=FLAGS.hf)
+  encoder = os.path.join(FLAGS.output_dir, "encoder")
+  lines = [f"  tf2/          {result['tf2']}",
+           f"  saved_model/  {result['saved_model']} (signatures: "
+           f"{', '.join(result['signatures'])})",
+           f"  tf1/          {result['tf1']}"]
+  if os.path.isdir(encoder):
+    lines.append(f"  encoder/      {encoder}")
+  if result["hf"]:
+    lines.append(f"  hf/           {result['hf']}")
+  console.summary(f"Converted {FLAGS.checkpoint}:", lines)
 
 
 if __name__ == "__main__":
   define_flags()
-  app.run(main)
+  console.run(main, "convert")
