@@ -59,7 +59,25 @@ def main(argv: Sequence[str]) -> None:
   tf.get_logger().setLevel("ERROR")  # as the official script
   config = FinetuningConfig(model_name, data_dir, **load_hparams(FLAGS.hparams))
   strategy = training.get_strategy(FLAGS.distribution_strategy, FLAGS.num_gpus)
-  run_finetuning(config, strategy, FLAGS.use_tfds, FLAGS.tfds_data_dir)
+  results = run_finetuning(config, strategy, FLAGS.use_tfds, FLAGS.tfds_data_dir)
+  print_summary(config, results)
+
+
+def print_summary(config: FinetuningConfig, results: list[dict[str, dict[str, float]]]) -> None:
+  """The block a run ends with: dev metrics (median over trials), where results and models are."""
+  from electra_tf.finetuning.outputs import median_results
+
+  lines = []
+  if results:
+    which = "dev" if len(results) == 1 else f"dev, median of {len(results)} trials"
+    for task, metrics in median_results(results).items():
+      lines.append(f"  {task} ({which}): "
+                   + ", ".join(f"{k} {v:.2f}" for k, v in metrics.items()))
+    lines.append(f"  results: {config.results_txt}")
+  if config.do_train:
+    lines.append(f"  fine-tuned model(s): {config.model_dir}_<trial>")
+  console.summary(f"Summary: fine-tuning {', '.join(config.task_names)} from "
+                  f"{config.init_checkpoint or 'random initialisation'}", lines)
 
 
 if __name__ == "__main__":
