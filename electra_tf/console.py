@@ -158,14 +158,16 @@ def error_line(error: BaseException) -> str:
 def one_line_errors(prog: str, verbose: bool = False) -> Iterator[None]:
   """Turns any exception into ``<prog>: error: <one line>`` and exit status 1.
 
-  With ``verbose`` the traceback is printed first. ``SystemExit`` and ``KeyboardInterrupt``
-  pass through unchanged.
+  With ``verbose`` the traceback is printed first (not for absl's ``UsageError``, a mistake on
+  the command line). ``SystemExit`` and ``KeyboardInterrupt`` pass through unchanged.
   """
   try:
     yield
   except (SystemExit, KeyboardInterrupt):
     raise
   except Exception as e:  # noqa: BLE001 -- the edge of the program: one line, not a traceback
+    if type(e).__name__ == "UsageError":
+      sys.exit(f"{prog}: error: {e}")
     if verbose:
       traceback.print_exc()
     sys.exit(f"{prog}: error: {error_line(e)}")
