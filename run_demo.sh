@@ -16,18 +16,18 @@ MAX_MODULES="${MAX_MODULES:-1000}"       # standard-library modules read for the
 VOCAB_TARGET="${VOCAB_TARGET:-8000}"     # WordPiece vocabulary size asked for
 # pre-training
 SEQ_LEN="${SEQ_LEN:-128}"
-DEFAULT_SHAPE='"model_size": "small", "model_hparam_overrides": {"num_hidden_layers": 4}'
+DEFAULT_SHAPE='"model_size": "small", "model_hparam_overrides": {"num_hidden_layers": 2}'
 MODEL_SHAPE="${MODEL_SHAPE:-$DEFAULT_SHAPE}"   # hparams giving the model's shape
 BATCH="${BATCH:-32}"
-STEPS="${STEPS:-300}"
-LEARNING_RATE="${LEARNING_RATE:-0.001}"
-LOG_EVERY="${LOG_EVERY:-25}"
+STEPS="${STEPS:-900}"
+LEARNING_RATE="${LEARNING_RATE:-0.0005}"
+LOG_EVERY="${LOG_EVERY:-50}"
 EVAL_STEPS="${EVAL_STEPS:-20}"
 # fine-tuning (each of the two runs)
 FT_TRAIN="${FT_TRAIN:-2000}"             # train examples of the "swapped" task
 FT_DEV="${FT_DEV:-500}"
 FT_SEQ_LEN="${FT_SEQ_LEN:-64}"
-FT_EPOCHS="${FT_EPOCHS:-1}"
+FT_EPOCHS="${FT_EPOCHS:-3}"
 FT_LEARNING_RATE="${FT_LEARNING_RATE:-0.0003}"
 
 start=$(date +%s)
