@@ -111,7 +111,7 @@ def train_or_eval(config: Any, strategy: Any = None, jit_compile: bool = False,
 
 
 def print_summary(config: Any, results: dict[str, dict[str, float]], start_step: int,
-                  seconds: float, log_fn: Callable[[str], None] = log) -> None:
+                  seconds: float) -> None:
   """The block a run ends with: steps trained, last train interval, eval metrics, where to look.
 
   The eval metrics are printed here only (one ``key = value`` line each, as the official code).
