@@ -71,10 +71,10 @@ ft_seconds=$(($(date +%s) - ft_start))
 "$PYTHON" run_finetuning.py --data_dir "$DEMO_DIR" --model_name random_init \
   --hparams "$FT_HPARAMS, \"init_checkpoint\": null}"
 
-"$PYTHON" - "$DEMO_DIR" "$train_seconds" "$ft_seconds" "$(($(date +%s) - start))" <<'PY'
+"$PYTHON" - "$DEMO_DIR" "$VENV" "$train_seconds" "$ft_seconds" "$(($(date +%s) - start))" <<'PY'
 import json, sys
 from electra_tf import console
-demo_dir, train_s, ft_s, total_s = sys.argv[1], *map(int, sys.argv[2:])
+demo_dir, venv, train_s, ft_s, total_s = *sys.argv[1:3], *map(int, sys.argv[3:])
 with open(f"{demo_dir}/models/demo/results/unsup_results.txt", encoding="utf-8") as f:
   pre = {k: float(v) for k, v in (line.split(" = ") for line in f if " = " in line)}
 def dev(model):
@@ -88,6 +88,6 @@ console.summary("Demo summary", [
     f"  learning curves: {demo_dir}/learning_curves.png",
     f"  fine-tuning 'swapped' (dev accuracy, {ft_s} s per run):  from the demo model "
     f"{ours['accuracy']:.1f}   from random init {rand['accuracy']:.1f}",
-    f"  TensorBoard: {sys.prefix}/bin/tensorboard --logdir {demo_dir}/models/demo",
+    f"  TensorBoard: {venv}/bin/tensorboard --logdir {demo_dir}/models/demo",
     f"  total wall time: {total_s} s"])
 PY
