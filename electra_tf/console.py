@@ -1,12 +1,14 @@
 """Console output shared by the library and the entry points.
 
-A run prints progress lines, one summary and, on failure, one error line. TensorFlow's C++ log
-lines (``I``/``W``/``E`` with a timestamp: cuInit on a CPU machine, oneDNN, cpu_feature_guard),
-absl INFO lines and Python warnings are hidden unless ``--verbose`` is given; with
-``--verbose`` an error line is followed by its traceback.
+A run prints progress lines, one summary block and, on failure, one error line. TensorFlow's
+C++ log lines (``I``/``W``/``E`` with a timestamp: cuInit on a CPU machine, oneDNN,
+cpu_feature_guard), absl-formatted log lines and Python warnings are hidden unless
+``--verbose`` (or absl's ``-v N``, N > 0) is given; the program's own absl records become plain
+progress lines. With ``--verbose`` an error line is preceded by its traceback.
 
 Entry points call ``quiet(argv)`` before importing TensorFlow (the C++ log level is read from
-the environment at import), then wrap their work in ``one_line_errors(prog, verbose)``.
+the environment at import), then ``run(main, prog)`` (absl programs: adds ``--verbose``, one-line
+flag errors) or wrap their work in ``one_line_errors(prog, verbose)`` themselves.
 """
 
 from __future__ import annotations
