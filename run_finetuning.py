@@ -27,17 +27,18 @@ import os
 import sys
 from collections.abc import Sequence
 
+from electra_tf import console  # noqa: I001 -- console.quiet must run before TensorFlow loads
+
+if __name__ == "__main__":
+  console.quiet(sys.argv)
 os.environ.setdefault("TF_USE_LEGACY_KERAS", "1")  # tf_keras (Keras 2), as everywhere here
-os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 
 import tensorflow as tf  # noqa: E402
-from absl import app, flags  # noqa: E402
+from absl import flags  # noqa: E402
 
 from electra_tf import training  # noqa: E402
 from electra_tf.cli import data_dir_and_model_name  # noqa: E402
-from electra_tf.config import load_hparams  # noqa: E402
-from electra_tf.console import log  # noqa: E402
-from electra_tf.finetuning.task import DataError  # noqa: E402
+from electra_tf.config import FinetuningConfig, load_hparams  # noqa: E402
 from electra_tf.finetuning.trials import run_finetuning  # noqa: E402
 from electra_tf.model_source import finetuning_config  # noqa: E402
 
@@ -60,13 +61,28 @@ flags.DEFINE_integer("num_gpus", None, "GPUs to use (default: all visible).")
 def main(argv: Sequence[str]) -> None:
   data_dir, model_name = data_dir_and_model_name(list(argv))
   tf.get_logger().setLevel("ERROR")  # as the official script
-  try:
-    config = finetuning_config(model_name, data_dir, load_hparams(FLAGS.hparams), log)
-    strategy = training.get_strategy(FLAGS.distribution_strategy, FLAGS.num_gpus)
-    run_finetuning(config, strategy, FLAGS.use_tfds, FLAGS.tfds_data_dir)
-  except (ValueError, FileNotFoundError, DataError, training.InputDataError) as e:
-    sys.exit(f"run_finetuning.py: error: {e}")
+  config = finetuning_config(model_name, data_dir, load_hparams(FLAGS.hparams), console.log)
+  strategy = training.get_strategy(FLAGS.distribution_strategy, FLAGS.num_gpus)
+  results = run_finetuning(config, strategy, FLAGS.use_tfds, FLAGS.tfds_data_dir)
+  print_summary(config, results)
+
+
+def print_summary(config: FinetuningConfig, results: list[dict[str, dict[str, float]]]) -> None:
+  """The block a run ends with: dev metrics (median over trials), where results and models are."""
+  from electra_tf.finetuning.outputs import median_results
+
+  lines = []
+  if results:
+    which = "dev" if len(results) == 1 else f"dev, median of {len(results)} trials"
+    for task, metrics in median_results(results).items():
+      lines.append(f"  {task} ({which}): "
+                   + ", ".join(f"{k} {v:.2f}" for k, v in metrics.items()))
+    lines.append(f"  results: {config.results_txt}")
+  if config.do_train:
+    lines.append(f"  fine-tuned model(s): {config.model_dir}_<trial>")
+  console.summary(f"Summary: fine-tuning {', '.join(config.task_names)} from "
+                  f"{config.init_checkpoint or 'random initialisation'}", lines)
 
 
 if __name__ == "__main__":
-  app.run(main)
+  console.run(main, "run_finetuning.py")

@@ -40,15 +40,19 @@ official eval metrics streamed over the interval's examples (``masked_lm_accurac
 
 from __future__ import annotations
 
-import json
 import os
 import sys
+import time
 from collections.abc import Callable, Sequence
 from typing import Any
 
+from electra_tf import console  # noqa: I001 -- console.quiet must run before TensorFlow loads
+
+if __name__ == "__main__":
+  console.quiet(sys.argv)
 os.environ.setdefault("TF_USE_LEGACY_KERAS", "1")
 
-from absl import app, flags  # noqa: E402
+from absl import flags  # noqa: E402
 
 from electra_tf.cli import data_dir_and_model_name  # noqa: E402
 from electra_tf.console import log  # noqa: E402
@@ -126,36 +130,61 @@ def train_or_eval(config: Any, strategy: Any = None, jit_compile: bool = False,
   return results
 
 
+def print_summary(config: Any, results: dict[str, dict[str, float]], start_step: int,
+                  seconds: float) -> None:
+  """The block a run ends with: steps trained, last train interval, eval metrics, where to look.
+
+  The eval metrics are printed here only (one ``key = value`` line each, as the official code).
+  """
+  from electra_tf import training
+  from electra_tf.training.checkpointing import step_of
+
+  lines: list[str] = []
+  latest = training.latest_checkpoint(config.model_dir)
+  step = step_of(latest) if latest else start_step
+  if config.do_train:
+    lines.append(f"  trained steps {start_step} -> {step} of {config.num_train_steps} in "
+                 f"{seconds:.0f} s; checkpoint {latest}")
+  train = results.get("train") or {}
+  shown = [k for k in ("mlm_loss", "disc_loss", "masked_lm_accuracy", "disc_auc", "disc_recall")
+           if k in train]
+  if shown:
+    lines.append("  last train interval: " + ", ".join(f"{k} {train[k]:.4g}" for k in shown))
+  if "eval" in results:
+    lines.append(f"  eval ({config.num_eval_steps} batches of {config.eval_batch_size}):")
+    lines += [f"    {k} = {results['eval'][k]}" for k in sorted(results["eval"])]
+    lines.append(f"  results: {config.results_txt}")
+  lines.append(f"  TensorBoard: tensorboard --logdir {config.model_dir}")
+  console.summary(f"Summary: model {config.model_name}, step {step}", lines)
+
+
 def main(argv: Sequence[str]) -> None:
   data_dir, model_name = data_dir_and_model_name(list(argv))
-  os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
   from electra_tf.config import load_hparams
   from electra_tf.model_source import pretraining_config
 
-  try:  # hparams first: their errors need no model building
-    config = pretraining_config(model_name, data_dir, load_hparams(FLAGS.hparams), log)
-  except ValueError as e:
-    sys.exit(f"run_pretraining.py: error: {e}")
+  # hparams first: their errors need no model building
+  config = pretraining_config(model_name, data_dir, load_hparams(FLAGS.hparams), console.log)
   from electra_tf import training
 
-  try:
-    name = FLAGS.distribution_strategy
-    if config.use_tpu and not FLAGS["distribution_strategy"].present:
-      name = "tpu"
-    tpu = FLAGS.tpu if FLAGS.tpu is not None else (config.tpu_name or "")
-    strategy = training.get_strategy(name, FLAGS.num_gpus, tpu=tpu if name == "tpu" else None)
-    precision = None if FLAGS.mixed_precision == "none" else FLAGS.mixed_precision
-    peak = FLAGS.peak_tflops * 1e12 if FLAGS.peak_tflops else None
-    check = {"auto": None, "true": True, "false": False}[FLAGS.check_data]
-    results = train_or_eval(config, strategy, FLAGS.jit_compile, precision, peak,
-                            check_data=check)
-  except (ValueError, FileNotFoundError, training.ModelDirError, training.CheckpointSaveError,
-          training.NonFiniteLossError, training.InputDataError) as e:
-    sys.exit(f"run_pretraining.py: error: {e}")
-  if "eval" in results:
-    log(json.dumps(results["eval"], sort_keys=True))
+  name = FLAGS.distribution_strategy
+  if config.use_tpu and not FLAGS["distribution_strategy"].present:
+    name = "tpu"
+  tpu = FLAGS.tpu if FLAGS.tpu is not None else (config.tpu_name or "")
+  strategy = training.get_strategy(name, FLAGS.num_gpus, tpu=tpu if name == "tpu" else None)
+  precision = None if FLAGS.mixed_precision == "none" else FLAGS.mixed_precision
+  peak = FLAGS.peak_tflops * 1e12 if FLAGS.peak_tflops else None
+  from electra_tf.training.checkpointing import step_of
+
+  latest = training.latest_checkpoint(config.model_dir)
+  start_step = step_of(latest) if latest else 0
+  start = time.perf_counter()
+  check = {"auto": None, "true": True, "false": False}[FLAGS.check_data]
+  results = train_or_eval(config, strategy, FLAGS.jit_compile, precision, peak,
+                          check_data=check)
+  print_summary(config, results, start_step, time.perf_counter() - start)
 
 
 if __name__ == "__main__":
   define_flags()
-  app.run(main)
+  console.run(main, "run_pretraining.py")

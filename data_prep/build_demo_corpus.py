@@ -18,7 +18,15 @@ import pkgutil
 import sys
 import warnings
 
-from absl import app, flags
+if __package__ in (None, ""):  # run as a script: make the repository root importable
+  sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+
+from electra_tf import console  # noqa: E402,I001 -- quiet must run before anything logs
+
+if __name__ == "__main__":
+  console.quiet(sys.argv)
+
+from absl import app, flags  # noqa: E402
 
 FLAGS = flags.FLAGS
 
@@ -109,14 +117,11 @@ def main(argv):
     raise app.UsageError(f"unexpected arguments: {' '.join(argv[1:])}")
   if not FLAGS.output_dir:
     raise app.UsageError("--output_dir is required")
-  try:
-    stats = build_demo_corpus(FLAGS.output_dir, FLAGS.num_files, FLAGS.max_modules)
-  except ValueError as e:
-    sys.exit(f"build_demo_corpus: error: {e}")
-  print(f"demo corpus: {stats['modules']} modules, {stats['paragraphs']} paragraphs, "
-        f"{stats['words']} words -> {FLAGS.output_dir}")
+  stats = build_demo_corpus(FLAGS.output_dir, FLAGS.num_files, FLAGS.max_modules)
+  console.log(f"demo corpus: {stats['modules']} modules, {stats['paragraphs']} paragraphs, "
+              f"{stats['words']} words -> {FLAGS.output_dir}")
 
 
 if __name__ == "__main__":
   define_flags()
-  app.run(main)
+  console.run(main, "build_demo_corpus.py")

@@ -20,9 +20,15 @@ import re
 import sys
 from collections.abc import Iterator, Sequence
 
-from absl import app, flags
+if __package__ in (None, ""):  # run as a script: make the repository root importable
+  sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
-from electra_tf import console
+from electra_tf import console  # noqa: E402,I001 -- quiet must run before anything logs
+
+if __name__ == "__main__":
+  console.quiet(sys.argv)
+
+from absl import app, flags  # noqa: E402
 
 FLAGS = flags.FLAGS
 LABELS = ("original", "swapped")
@@ -36,7 +42,6 @@ def define_flags() -> None:
   flags.DEFINE_integer("max_train", 2000, "At most this many train examples.")
   flags.DEFINE_integer("max_dev", 500, "At most this many dev examples.")
   flags.DEFINE_integer("seed", 1, "Seed of the sentence choice, the swaps and the labels.")
-  flags.DEFINE_bool("verbose", False, "Library logs and tracebacks.")
 
 
 def sentences(path: str, min_words: int = 8, max_words: int = 40) -> Iterator[list[str]]:
@@ -105,13 +110,11 @@ def main(argv: Sequence[str]) -> None:
     raise app.UsageError(f"unexpected arguments: {' '.join(argv[1:])}")
   if not FLAGS.corpus_dir or not FLAGS.output_dir:
     raise app.UsageError("--corpus_dir and --output_dir are required")
-  with console.one_line_errors("build_demo_task", FLAGS.verbose):
-    n_train, n_dev = build(FLAGS.corpus_dir, FLAGS.output_dir, FLAGS.max_train, FLAGS.max_dev,
-                           FLAGS.seed)
-    console.log(f"Wrote {n_train} train and {n_dev} dev examples to {FLAGS.output_dir}")
+  n_train, n_dev = build(FLAGS.corpus_dir, FLAGS.output_dir, FLAGS.max_train, FLAGS.max_dev,
+                         FLAGS.seed)
+  console.log(f"Wrote {n_train} train and {n_dev} dev examples to {FLAGS.output_dir}")
 
 
 if __name__ == "__main__":
-  console.quiet(sys.argv)
   define_flags()
-  app.run(main)
+  console.run(main, "build_demo_task")

@@ -46,6 +46,11 @@ from typing import Any
 if __package__ in (None, ""):  # run as a script: make the repository root importable
   sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
+from electra_tf import console  # noqa: E402,I001 -- quiet must run before TensorFlow loads
+
+if __name__ == "__main__":
+  console.quiet(sys.argv)
+
 import tensorflow as tf  # noqa: E402
 from absl import app, flags, logging  # noqa: E402
 
@@ -339,12 +344,9 @@ def main(argv: Sequence[str]) -> None:
     blanks_separate_docs=f.blanks_separate_docs, do_lower_case=f.do_lower_case,
     strip_accents=f.strip_accents, num_out_files=f.num_out_files, seed=f.seed,
     chunk_lines=f.chunk_lines)
-  try:
-    build(args)
-  except ValueError as e:
-    sys.exit(f"build_pretraining_dataset: error: {e}")
+  build(args)
 
 
 if __name__ == "__main__":
   define_flags()
-  app.run(main, argv=normalize_argv(sys.argv))
+  console.run(main, "build_pretraining_dataset", normalize_argv(sys.argv))

@@ -12,7 +12,15 @@ from __future__ import annotations
 import os
 import sys
 
-from absl import app, flags
+if __package__ in (None, ""):  # run as a script: make the repository root importable
+  sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+
+from electra_tf import console  # noqa: E402,I001 -- quiet must run before TensorFlow loads
+
+if __name__ == "__main__":
+  console.quiet(sys.argv)
+
+from absl import app, flags  # noqa: E402
 
 FLAGS = flags.FLAGS
 
@@ -63,13 +71,10 @@ def main(argv):
     raise app.UsageError(f"unexpected arguments: {' '.join(argv[1:])}")
   if not FLAGS.corpus_dir or not FLAGS.vocab_file:
     raise app.UsageError("--corpus_dir and --vocab_file are required")
-  try:
-    size = learn_vocab(FLAGS.corpus_dir, FLAGS.vocab_file, FLAGS.vocab_size, FLAGS.do_lower_case)
-  except (FileNotFoundError, ValueError) as e:
-    sys.exit(f"learn_vocab.py: error: {e}")
-  print(f"vocabulary of {size} tokens -> {FLAGS.vocab_file}")
+  size = learn_vocab(FLAGS.corpus_dir, FLAGS.vocab_file, FLAGS.vocab_size, FLAGS.do_lower_case)
+  console.log(f"vocabulary of {size} tokens -> {FLAGS.vocab_file}")
 
 
 if __name__ == "__main__":
   define_flags()
-  sys.exit(app.run(main))
+  console.run(main, "learn_vocab.py")

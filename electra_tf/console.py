@@ -1,12 +1,14 @@
 """Console output shared by the library and the entry points.
 
-A run prints progress lines, one summary and, on failure, one error line. TensorFlow's C++ log
-lines (``I``/``W``/``E`` with a timestamp: cuInit on a CPU machine, oneDNN, cpu_feature_guard),
-absl INFO lines and Python warnings are hidden unless ``--verbose`` is given; with
-``--verbose`` an error line is followed by its traceback.
+A run prints progress lines, one summary block and, on failure, one error line. TensorFlow's
+C++ log lines (``I``/``W``/``E`` with a timestamp: cuInit on a CPU machine, oneDNN,
+cpu_feature_guard), absl-formatted log lines and Python warnings are hidden unless
+``--verbose`` (or absl's ``-v N``, N > 0) is given; the program's own absl records become plain
+progress lines. With ``--verbose`` an error line is preceded by its traceback.
 
 Entry points call ``quiet(argv)`` before importing TensorFlow (the C++ log level is read from
-the environment at import), then wrap their work in ``one_line_errors(prog, verbose)``.
+the environment at import), then ``run(main, prog)`` (absl programs: adds ``--verbose``, one-line
+flag errors) or wrap their work in ``one_line_errors(prog, verbose)`` themselves.
 """
 
 from __future__ import annotations
@@ -18,7 +20,7 @@ import re
 import sys
 import traceback
 import warnings
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 
 # A line written by TensorFlow's C++ logging or by absl (C++ or Python):
 # "2026-01-01 12:00:00.123456: I tensorflow/...", "I0000 00:00:17... file.cc:12] ...",
@@ -28,7 +30,11 @@ LOG_LINE = re.compile(
     r"|[IWEF]\d{4} \d\d:\d\d:\d\d\.\d+ "
     r"|WARNING: All log messages before absl::InitializeLog)")
 
-VERBOSE_SWITCHES = ("--verbose", "-v", "--verbose=true", "--verbose=True", "--verbose=1")
+VERBOSE_SWITCHES = ("--verbose", "--verbose=true", "--verbose=True", "--verbose=1")
+# Library code whose absl log records are progress of this program (shown as plain lines).
+_ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+_OWN_DIRS = tuple(os.path.join(_ROOT, d) + os.sep for d in ("electra_tf", "data_prep"))
+RULE = "=" * 80
 
 
 def log(message: str = "") -> None:
@@ -36,16 +42,65 @@ def log(message: str = "") -> None:
   print(message, flush=True)
 
 
+def summary(title: str, lines: Sequence[str]) -> None:
+  """Prints the one summary block a run ends with: a rule, ``title``, ``lines``, a rule."""
+  log("\n".join([RULE, title, *lines, RULE]))
+
+
+def _positive(value: str) -> bool:
+  try:
+    return int(value) > 0
+  except ValueError:
+    return True  # "-v" as a plain switch (argparse), followed by something else
+
+
 def verbose_requested(argv: Sequence[str] | None = None) -> bool:
-  """True when the command line asks for library logs and tracebacks (``--verbose``/``-v``)."""
-  argv = sys.argv if argv is None else argv
-  return any(a in VERBOSE_SWITCHES or a.startswith("-v=") for a in argv[1:])
+  """True when the command line asks for library logs and tracebacks.
+
+  ``--verbose`` (``=true``/``=1``), or absl's own ``-v N`` / ``--verbosity N`` with N > 0
+  (``-v`` alone, an argparse switch, counts too).
+  """
+  argv = list(sys.argv if argv is None else argv)[1:]
+  for i, arg in enumerate(argv):
+    if arg in VERBOSE_SWITCHES:
+      return True
+    name, eq, value = arg.partition("=")
+    if name in ("-v", "--verbosity"):
+      if eq:
+        if _positive(value):
+          return True
+      elif i + 1 < len(argv):
+        if _positive(argv[i + 1]):
+          return True
+      elif name == "-v":
+        return True
+  return False
+
+
+class _PlainFormatter(logging.Formatter):
+  """An absl record of this program as a plain progress line (``warning:`` when it warns)."""
+
+  def format(self, record: logging.LogRecord) -> str:
+    message = record.getMessage()
+    if record.levelno >= logging.ERROR:
+      return f"error: {message}"
+    return f"warning: {message}" if record.levelno >= logging.WARNING else message
+
+
+def _own_or_error(record: logging.LogRecord) -> bool:
+  """Records of this program's code pass; other libraries' only from ERROR up."""
+  path = os.path.abspath(record.pathname)
+  own = path.startswith(_OWN_DIRS) or os.path.dirname(path) == _ROOT
+  return own or record.levelno >= logging.ERROR
 
 
 def quiet(argv: Sequence[str] | None = None) -> bool:
   """Hides library logs unless ``--verbose``; returns whether verbose. Call before TF import.
 
-  An explicit ``TF_CPP_MIN_LOG_LEVEL`` in the environment is respected when not verbose.
+  Quiet: TensorFlow's C++ logs off (``TF_CPP_MIN_LOG_LEVEL=3`` unless the environment sets
+  it), Python warnings and TensorFlow's Python logger below ERROR off, and absl records of this
+  program's own code printed as plain lines (other libraries' absl records only from ERROR).
+  Verbose: everything, in the libraries' own formats.
   """
   verbose = verbose_requested(argv)
   if verbose:
@@ -54,13 +109,42 @@ def quiet(argv: Sequence[str] | None = None) -> bool:
     os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
     warnings.filterwarnings("ignore")
   os.environ.setdefault("TF_USE_LEGACY_KERAS", "1")
-  level = logging.INFO if verbose else logging.ERROR
-  logging.getLogger("tensorflow").setLevel(level)
+  logging.getLogger("tensorflow").setLevel(logging.INFO if verbose else logging.ERROR)
   with contextlib.suppress(ImportError):
     from absl import logging as absl_logging
 
-    absl_logging.set_verbosity(absl_logging.INFO if verbose else absl_logging.ERROR)
+    absl_logging.set_verbosity(absl_logging.INFO)
+    if not verbose:
+      handler = absl_logging.get_absl_handler().python_handler
+      handler.setFormatter(_PlainFormatter())
+      handler.addFilter(_own_or_error)
   return verbose
+
+
+def run(main: Callable[[list[str]], object], prog: str,
+        argv: Sequence[str] | None = None) -> None:
+  """``absl.app.run(main)`` with a ``--verbose`` flag and one-line errors.
+
+  A bad flag, a ``UsageError`` or any exception in ``main`` ends the program with
+  ``<prog>: error: <one line>`` (the traceback first with ``--verbose``). Call ``quiet``
+  before importing TensorFlow, and this after defining the program's flags.
+  """
+  from absl import app, flags
+
+  if "verbose" not in flags.FLAGS:
+    flags.DEFINE_bool("verbose", False, "Library logs (TensorFlow, absl) and tracebacks.")
+
+  def parse(args: list[str]) -> list[str]:
+    try:
+      return flags.FLAGS(args)
+    except flags.Error as e:
+      sys.exit(f"{prog}: error: {e}")
+
+  def checked_main(args: list[str]) -> object:
+    with one_line_errors(prog, flags.FLAGS.verbose or verbose_requested(sys.argv)):
+      return main(args)
+
+  app.run(checked_main, argv=list(sys.argv if argv is None else argv), flags_parser=parse)
 
 
 def error_line(error: BaseException) -> str:
@@ -76,14 +160,16 @@ def error_line(error: BaseException) -> str:
 def one_line_errors(prog: str, verbose: bool = False) -> Iterator[None]:
   """Turns any exception into ``<prog>: error: <one line>`` and exit status 1.
 
-  With ``verbose`` the traceback is printed first. ``SystemExit`` and ``KeyboardInterrupt``
-  pass through unchanged.
+  With ``verbose`` the traceback is printed first (not for absl's ``UsageError``, a mistake on
+  the command line). ``SystemExit`` and ``KeyboardInterrupt`` pass through unchanged.
   """
   try:
     yield
   except (SystemExit, KeyboardInterrupt):
     raise
   except Exception as e:  # noqa: BLE001 -- the edge of the program: one line, not a traceback
+    if type(e).__name__ == "UsageError":
+      sys.exit(f"{prog}: error: {e}")
     if verbose:
       traceback.print_exc()
     sys.exit(f"{prog}: error: {error_line(e)}")

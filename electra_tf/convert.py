@@ -25,10 +25,14 @@ from __future__ import annotations
 import os
 import sys
 
-from absl import app, flags, logging
+from electra_tf import console  # noqa: I001 -- console.quiet must run before TensorFlow loads
 
-from electra_tf import model_dir, model_source
-from electra_tf.console import log, one_line_errors, quiet
+if __name__ == "__main__":
+  console.quiet(sys.argv)
+
+from absl import app, flags, logging  # noqa: E402
+
+from electra_tf import model_dir, model_source  # noqa: E402
 
 FLAGS = flags.FLAGS
 EXPORTS = ("tf1", "tf2", "saved_model", "encoder", "hf")  # the folders under --output_dir
@@ -46,7 +50,6 @@ def define_flags() -> None:
                       "to pair with a Hugging Face discriminator --checkpoint.")
   flags.DEFINE_string("vocab_file", None, "vocab.txt to ship with the exports (default: the "
                       "one beside the checkpoint).")
-  flags.DEFINE_bool("verbose", False, "Show library logs and tracebacks.")
   flags.DEFINE_bool("hf", True, "Also write Hugging Face folders under <output_dir>/hf "
                     "(skipped for Electric, which has no Hugging Face class).")
   flags.DEFINE_bool("overwrite", False, "Replace a non-empty --output_dir whole (the new export "
@@ -69,7 +72,7 @@ def convert(checkpoint: str, hparams: str | dict, output_dir: str, hf: bool = Fa
   source = model_source.describe(checkpoint, load_hparams(hparams),
                                  generator=generator_checkpoint)
   if source.message:
-    log(source.message)
+    console.log(source.message)
   vocab_file = vocab_file or source.vocab_file
   config = PretrainingConfig("convert", output_dir, **source.with_record(PretrainingConfig))
   # Special-token ids only matter for masking during training, never for the exports.
@@ -130,7 +133,7 @@ def write_model_files(output_dir: str, config: object, vocab_file: str | None,
   from electra_tf.hf_tokenizer import write_tokenizer_files
 
   if not vocab_file:
-    log(f"no vocab.txt beside the checkpoint: {output_dir} gets none (pass --vocab_file)")
+    console.log(f"no vocab.txt beside the checkpoint: {output_dir} gets none (pass --vocab_file)")
   for sub in ("",) + EXPORTS:
     folder = os.path.join(output_dir, sub)
     if os.path.isdir(folder):
@@ -161,7 +164,7 @@ def convert_finetuned(checkpoint: str, hparams: str | dict, output_dir: str,
     user["task_names"] = stored["task_names"]
   source = model_source.describe(checkpoint, user, target="finetuning")
   if source.message:
-    log(source.message)
+    console.log(source.message)
   merged = source.with_record(FinetuningConfig)
   if source.vocab_file and "vocab_file" not in user:
     merged["vocab_file"] = source.vocab_file
@@ -203,21 +206,26 @@ def main(argv):
   from electra_tf import staging
   from electra_tf.config import load_hparams
 
-  with one_line_errors("convert", FLAGS.verbose):
-    with staging.staged_dir(FLAGS.output_dir, FLAGS.overwrite) as stage:
-      if is_finetuned(FLAGS.checkpoint, load_hparams(FLAGS.hparams)):
-        result = convert_finetuned(FLAGS.checkpoint, FLAGS.hparams, stage, FLAGS.data_dir)
-      else:
-        result = convert(FLAGS.checkpoint, FLAGS.hparams, stage, hf=FLAGS.hf,
-                         generator_checkpoint=FLAGS.generator_checkpoint,
-                         vocab_file=FLAGS.vocab_file)
-    result = staging.relocate(result, stage, FLAGS.output_dir)
-  log(f"wrote {result['tf2']}, {result['saved_model']} (signatures: "
-        f"{', '.join(result['signatures'])}), {result['tf1']}"
-        + (f", {result['hf']}" if result["hf"] else ""))
+  with staging.staged_dir(FLAGS.output_dir, FLAGS.overwrite) as stage:
+    if is_finetuned(FLAGS.checkpoint, load_hparams(FLAGS.hparams)):
+      result = convert_finetuned(FLAGS.checkpoint, FLAGS.hparams, stage, FLAGS.data_dir)
+    else:
+      result = convert(FLAGS.checkpoint, FLAGS.hparams, stage, hf=FLAGS.hf,
+                       generator_checkpoint=FLAGS.generator_checkpoint,
+                       vocab_file=FLAGS.vocab_file)
+  result = staging.relocate(result, stage, FLAGS.output_dir)
+  encoder = os.path.join(FLAGS.output_dir, "encoder")
+  lines = [f"  tf2/          {result['tf2']}",
+           f"  saved_model/  {result['saved_model']} (signatures: "
+           f"{', '.join(result['signatures'])})",
+           f"  tf1/          {result['tf1']}"]
+  if os.path.isdir(encoder):
+    lines.append(f"  encoder/      {encoder}")
+  if result["hf"]:
+    lines.append(f"  hf/           {result['hf']}")
+  console.summary(f"Converted {FLAGS.checkpoint}:", lines)
 
 
 if __name__ == "__main__":
-  quiet(sys.argv)
   define_flags()
-  app.run(main)
+  console.run(main, "convert")

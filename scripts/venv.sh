@@ -3,4 +3,4 @@ VENV="${ELECTRA_VENV:-.venv}"
 PY="${PYTHON:-python3}"
 [ -x "$VENV/bin/python" ] || "$PY" -m venv "$VENV"
 "$VENV/bin/python" -m pip install -q --disable-pip-version-check -r requirements-dev.txt
-export TF_CPP_MIN_LOG_LEVEL=2 TF_USE_LEGACY_KERAS=1 PYTHONPATH="$PWD${PYTHONPATH:+:$PYTHONPATH}"
+export TF_USE_LEGACY_KERAS=1 PYTHONPATH="$PWD${PYTHONPATH:+:$PYTHONPATH}"

@@ -435,9 +435,7 @@ class Trainer:
       self.log_fn(f"Eval data ran out after {done} of {num_steps} steps")
     results = {("loss" if k == "total_loss" else k): v / max(done, 1) for k, v in sums.items()}
     results.update({m.name: float(m.result()) for m in metrics})
-    results["global_step"] = step
-    for k in sorted(results):
-      self.log_fn(f"  {k} = {results[k]}")
+    results["global_step"] = step  # printed by the caller's summary, not here
     if self.is_chief:
       writer = tf.summary.create_file_writer(f"{self.settings.model_dir}/eval")
       with writer.as_default():

@@ -1,0 +1,138 @@
+"""The quiet console: no TensorFlow C++ / absl log lines unless --verbose, one-line errors, a
+summary block. The pipeline's entry points (corpus, vocab and TFRecord builders, pre-training,
+its eval run, fine-tuning, learning curves) are checked on a real demo run in test_demo.py;
+here: convert, the OpenWebText builder, --verbose and errors, as real subprocesses."""
+
+import io
+import json
+import logging
+import os
+import subprocess
+import sys
+import tarfile
+
+import pytest
+from helpers.paths import REPO_ROOT
+
+from electra_tf import console
+
+# The test session sets TF_CPP_MIN_LOG_LEVEL (conftest); a program must be quiet without it.
+ENV = {k: v for k, v in os.environ.items() if k != "TF_CPP_MIN_LOG_LEVEL"}
+ENV["CUDA_VISIBLE_DEVICES"] = "-1"
+ENV["PYTHONPATH"] = str(REPO_ROOT)
+
+
+def _run(*args, timeout=300):
+  proc = subprocess.run([sys.executable, *map(str, args)], cwd=REPO_ROOT, env=ENV,
+                        capture_output=True, text=True, timeout=timeout)
+  return proc, (proc.stdout + proc.stderr).splitlines()
+
+
+def _log_lines(lines):
+  return [line for line in lines if console.LOG_LINE.match(line)]
+
+
+@pytest.mark.parametrize("argv, verbose", [
+    (["--verbose"], True), (["--verbose=true"], True), (["--verbose=false"], False),
+    (["--noverbose"], False), (["-v", "1"], True), (["-v", "0"], False), (["-v=2"], True),
+    (["--verbosity", "1"], True), (["--verbosity=0"], False), (["-v"], True),
+    (["-v", "--model_dir", "x"], True), (["--model_dir", "v"], False), ([], False)])
+def test_verbose_requested(argv, verbose):
+  assert console.verbose_requested(["prog", *argv]) is verbose
+
+
+def test_log_line_pattern_matches_library_lines_only():
+  assert console.LOG_LINE.match("2026-11-23 14:08:32.497759: E external/local_xla/xla/stream_"
+                                "executor/cuda/cuda_platform.cc:51] failed call to cuInit")
+  assert console.LOG_LINE.match("I1123 14:08:54.584432 140120275827584 build_pretraining_"
+                                "dataset.py:381] Job 0: 3/3 files")
+  assert not console.LOG_LINE.match("Job 0: 3/3 files (100.0%), 478 examples written")
+  assert not console.LOG_LINE.match("4/4 = 100.0%, SPS: 8.86, ELAP: 23, ETA: 0")
+
+
+def test_own_absl_records_become_plain_lines_and_others_are_hidden():
+  def record(path, level):
+    return logging.LogRecord("absl", level, path, 1, "Job %d: done", (0,), None)
+
+  own = str(REPO_ROOT / "data_prep" / "build_pretraining_dataset.py")
+  lib = str(REPO_ROOT / ".venv" / "lib" / "site-packages" / "tf_keras" / "x.py")
+  formatter = console._PlainFormatter()
+  assert formatter.format(record(own, logging.INFO)) == "Job 0: done"
+  assert formatter.format(record(own, logging.WARNING)) == "warning: Job 0: done"
+  assert formatter.format(record(own, logging.ERROR)) == "error: Job 0: done"
+  assert console._own_or_error(record(own, logging.INFO))
+  assert console._own_or_error(record(str(REPO_ROOT / "run_pretraining.py"), logging.INFO))
+  assert not console._own_or_error(record(lib, logging.WARNING))
+  assert console._own_or_error(record(lib, logging.ERROR))
+
+
+def test_summary_block_and_one_line_errors(capsys):
+  console.summary("Summary: model m", ["  a = 1"])
+  assert capsys.readouterr().out == f"{console.RULE}\nSummary: model m\n  a = 1\n{console.RULE}\n"
+  with pytest.raises(SystemExit) as exit_info, console.one_line_errors("prog"):
+    raise ValueError("bad row 3 in x.csv\nmore detail")
+  assert exit_info.value.code == "prog: error: bad row 3 in x.csv"
+  with pytest.raises(SystemExit) as exit_info, console.one_line_errors("prog", verbose=True):
+    raise KeyError("k")
+  assert exit_info.value.code == "prog: error: KeyError: 'k'"
+  assert "Traceback" in capsys.readouterr().err
+
+
+def _tiny_openwebtext(root):
+  """openwebtext/urlsf_subset00-1_data.xz: an xz tar of two .txt documents."""
+  subsets = root / "openwebtext"
+  subsets.mkdir(parents=True)
+  with tarfile.open(subsets / "urlsf_subset00-1_data.xz", "w:xz") as tar:
+    for i, text in enumerate(["The cat sat on the mat. It was warm.\nThe dog slept.\n",
+                              "A second document about the river and the hills.\n"]):
+      data = text.encode()
+      info = tarfile.TarInfo(f"doc_{i}.txt")
+      info.size = len(data)
+      tar.addfile(info, io.BytesIO(data))
+
+
+@pytest.mark.slow
+def test_convert_and_openwebtext_builder_are_quiet_and_verbose_brings_logs_back(
+    reference_dir, vocab_file, tmp_path):
+  folder = reference_dir / "electra_small_2l"
+  proc, lines = _run("-m", "electra_tf.convert", "--checkpoint", folder / "model.ckpt",
+                     "--hparams", folder / "hparams.json", "--output_dir", tmp_path / "out")
+  assert proc.returncode == 0, "\n".join(lines[-20:])
+  assert _log_lines(lines) == []
+  summary = proc.stdout.splitlines()
+  assert summary[-1] == console.RULE and any(line.startswith("  encoder/") for line in summary)
+
+  _tiny_openwebtext(tmp_path / "owt")
+  args = ["data_prep/build_openwebtext_pretraining_dataset.py", "--data_dir", tmp_path / "owt",
+          "--vocab_file", vocab_file, "--num_out_files", "1", "--seed", "1",
+          "--max_seq_length", "32"]
+  proc, lines = _run(*args)
+  assert proc.returncode == 0, "\n".join(lines[-20:])
+  assert _log_lines(lines) == []
+  assert proc.stderr.splitlines()[-1].startswith("wrote "), lines  # the builder's one summary
+
+  proc, lines = _run(*args, "--verbose")
+  assert proc.returncode == 0, "\n".join(lines[-20:])
+  assert any(" build_pretraining_dataset.py:" in line for line in _log_lines(lines)), lines
+  assert any("tensorflow/" in line or "xla/" in line for line in _log_lines(lines)), lines
+
+
+@pytest.mark.slow
+def test_errors_are_one_line_unless_verbose(tmp_path):
+  hparams = json.dumps({"num_train_step": 5})
+  proc, _ = _run("run_pretraining.py", "--data_dir", tmp_path, "--model_name", "m",
+                 "--hparams", hparams)
+  assert proc.returncode == 1 and proc.stdout == ""
+  assert proc.stderr.splitlines() == [
+      "run_pretraining.py: error: Unknown hparam 'num_train_step' for PretrainingConfig "
+      "(did you mean 'num_train_steps'?)"]
+  proc, _ = _run("run_finetuning.py", "--data_dir", tmp_path, "--model_name", "m", "--num_gpu", "1")
+  assert proc.returncode == 1
+  assert proc.stderr.splitlines() == [
+      "run_finetuning.py: error: Unknown command line flag 'num_gpu'. Did you mean: num_gpus ?"]
+  proc, _ = _run("data_prep/learn_vocab.py", "--corpus_dir", tmp_path / "missing",
+                 "--vocab_file", tmp_path / "v.txt", "--verbose")
+  assert proc.returncode == 1
+  err = proc.stderr.splitlines()
+  assert "Traceback (most recent call last):" in err
+  assert err[-1] == f"learn_vocab.py: error: corpus directory not found: {tmp_path / 'missing'}"
