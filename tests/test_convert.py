@@ -7,6 +7,7 @@ import sys
 import numpy as np
 import pytest
 import tensorflow as tf
+from helpers.checkpoint_asserts import assert_same_checkpoint, max_diff
 from helpers.paths import REPO_ROOT
 
 from electra_tf.convert import convert, convert_finetuned
@@ -15,16 +16,6 @@ from electra_tf.hf_export import load_hf_export
 ATOL = 1e-5
 
 
-def _max_diff(a, b):
-  return float(np.abs(np.asarray(a, np.float64) - np.asarray(b, np.float64)).max())
-
-
-def _assert_same_checkpoint(a, b):
-  ra, rb = tf.train.load_checkpoint(a), tf.train.load_checkpoint(b)
-  assert ra.get_variable_to_shape_map() == rb.get_variable_to_shape_map()
-  assert ra.get_variable_to_dtype_map() == rb.get_variable_to_dtype_map()
-  for name in ra.get_variable_to_shape_map():
-    np.testing.assert_array_equal(ra.get_tensor(name), rb.get_tensor(name), name)
 
 
 @pytest.mark.parametrize("folder_name", ["electra_small_2l", "electric_2l"])
@@ -34,7 +25,7 @@ def test_convert_reproduces_golden_outputs(reference_dir, tmp_path, folder_name)
   out = tmp_path / "out"
   result = convert(str(folder / "model.ckpt"), str(folder / "hparams.json"), str(out), hf=True)
   assert result["signatures"] == ["mlm", "rtd"]
-  _assert_same_checkpoint(str(folder / "model.ckpt"), result["tf1"])  # TF1 -> ours -> TF1
+  assert_same_checkpoint(str(folder / "model.ckpt"), result["tf1"])  # TF1 -> ours -> TF1
   if folder_name == "electric_2l":
     assert result["hf"] is None  # no Hugging Face class for the two-tower generator
   else:
@@ -48,8 +39,8 @@ def test_convert_reproduces_golden_outputs(reference_dir, tmp_path, folder_name)
   rtd, mlm = loaded.signatures["rtd"], loaded.signatures["mlm"]
   clean = rtd(input_ids=tf.constant(g["input_ids"]), input_mask=tf.constant(g["input_mask"]),
               segment_ids=tf.constant(g["segment_ids"]))
-  assert _max_diff(clean["rtd_logits"], g["clean_disc_logits"]) <= ATOL
-  assert _max_diff(clean["sequence_output"], g["clean_disc_sequence_output"]) <= ATOL
+  assert max_diff(clean["rtd_logits"], g["clean_disc_logits"]) <= ATOL
+  assert max_diff(clean["sequence_output"], g["clean_disc_sequence_output"]) <= ATOL
   electric = folder_name == "electric_2l"
   # ELECTRA's generator reads the masked input; Electric's cloze towers the original one.
   gen_ids = g["input_ids"] if electric else g["masked_input_ids"]
@@ -57,14 +48,14 @@ def test_convert_reproduces_golden_outputs(reference_dir, tmp_path, folder_name)
             segment_ids=tf.constant(g["segment_ids"]),
             masked_lm_positions=tf.constant(g["masked_lm_positions"]))
   rows, slots = g["gen_mlm_logits_real_index"].T
-  assert _max_diff(gen["mlm_logits"].numpy()[rows, slots], g["gen_mlm_logits_real"]) <= ATOL
-  assert _max_diff(gen["mlm_logits"].numpy().max(-1), g["gen_mlm_logits_max"]) <= ATOL
+  assert max_diff(gen["mlm_logits"].numpy()[rows, slots], g["gen_mlm_logits_real"]) <= ATOL
+  assert max_diff(gen["mlm_logits"].numpy().max(-1), g["gen_mlm_logits_max"]) <= ATOL
   expected_hidden = g["gen_sequence_output"] if electric else g["gen_all_layer_outputs"][-1]
-  assert _max_diff(gen["sequence_output"], expected_hidden) <= ATOL
+  assert max_diff(gen["sequence_output"], expected_hidden) <= ATOL
   if not electric:
     fake = rtd(input_ids=tf.constant(g["fake_input_ids"]),
                input_mask=tf.constant(g["input_mask"]), segment_ids=tf.constant(g["segment_ids"]))
-    assert _max_diff(fake["rtd_logits"], g["disc_logits"]) <= ATOL
+    assert max_diff(fake["rtd_logits"], g["disc_logits"]) <= ATOL
 
   # Dynamic batch and sequence length.
   short = rtd(input_ids=tf.constant(g["input_ids"][:2, :40]),
@@ -74,7 +65,7 @@ def test_convert_reproduces_golden_outputs(reference_dir, tmp_path, folder_name)
 
   # Our own TF2 checkpoint converts back to the same TF1 tensors.
   again = convert(result["tf2"], str(folder / "hparams.json"), str(tmp_path / "again"))
-  _assert_same_checkpoint(str(folder / "model.ckpt"), again["tf1"])
+  assert_same_checkpoint(str(folder / "model.ckpt"), again["tf1"])
 
 
 def test_convert_with_wrong_generator_size_fails_on_one_line(reference_dir, tmp_path):
@@ -118,14 +109,14 @@ def test_encoder_export_is_hub_style(reference_dir, tmp_path):
             "input_mask": tf.constant(g["input_mask"]),
             "input_type_ids": tf.constant(g["segment_ids"])}
   out = encoder(inputs, False)
-  assert _max_diff(out["sequence_output"], g["clean_disc_sequence_output"]) <= ATOL
-  assert _max_diff(out["pooled_output"], g["clean_disc_sequence_output"][:, 0]) <= ATOL
+  assert max_diff(out["sequence_output"], g["clean_disc_sequence_output"]) <= ATOL
+  assert max_diff(out["pooled_output"], g["clean_disc_sequence_output"][:, 0]) <= ATOL
   assert len(out["encoder_outputs"]) == 2
   names = {v.name.split(":")[0] for v in encoder.trainable_variables}
   assert "electra/encoder/layer_1/output/dense/kernel" in names
   assert not any(n.startswith("generator") for n in names)
   served = encoder.signatures["serving_default"](**inputs)
-  assert _max_diff(served["pooled_output"], g["clean_disc_sequence_output"][:, 0]) <= ATOL
+  assert max_diff(served["pooled_output"], g["clean_disc_sequence_output"][:, 0]) <= ATOL
   assert result["tf1"]
 
 
@@ -150,12 +141,12 @@ def test_convert_finetuned_model_task_signatures(reference_dir, tmp_path):
                                       for k in ("input_ids", "input_mask", "segment_ids")})
 
   rte = run("classify_rte", "rte")
-  assert _max_diff(rte["logits"], g["rte/out/logits"]) <= ATOL
-  assert _max_diff(tf.reduce_sum(rte["probabilities"], -1), np.ones(3)) <= 1e-6
-  assert _max_diff(run("classify_sts", "sts")["logits"], g["sts/out/predictions"]) <= ATOL
+  assert max_diff(rte["logits"], g["rte/out/logits"]) <= ATOL
+  assert max_diff(tf.reduce_sum(rte["probabilities"], -1), np.ones(3)) <= 1e-6
+  assert max_diff(run("classify_sts", "sts")["logits"], g["sts/out/predictions"]) <= ATOL
   squad = run("squad", "squad")
-  assert _max_diff(squad["start_logits"], g["squad/out/start_logits"]) <= 3e-5  # -1000 region
-  assert _max_diff(squad["answerable_logit"], g["squad/out/answerable_logit"]) <= ATOL
+  assert max_diff(squad["start_logits"], g["squad/out/start_logits"]) <= 3e-5  # -1000 region
+  assert max_diff(squad["answerable_logit"], g["squad/out/answerable_logit"]) <= ATOL
   np.testing.assert_array_equal(squad["start_top_index"], g["squad/out/start_top_index"])
   reader = tf.train.load_checkpoint(result["tf1"])
   original = tf.train.load_checkpoint(str(folder / "model.ckpt"))

@@ -9,6 +9,7 @@ import shutil
 import numpy as np
 import pytest
 import tensorflow as tf
+from helpers.checkpoint_asserts import assert_same_checkpoint, max_diff
 from safetensors.numpy import load_file
 
 from electra_tf import model_dir
@@ -31,16 +32,6 @@ def hf_out(hf_ref, tmp_path_factory):
   return out, convert(str(hf_ref), {}, str(out), hf=True)
 
 
-def _max_diff(a, b):
-  return float(np.abs(np.asarray(a, np.float64) - np.asarray(b, np.float64)).max())
-
-
-def _assert_same_checkpoint(a, b):
-  ra, rb = tf.train.load_checkpoint(a), tf.train.load_checkpoint(b)
-  assert ra.get_variable_to_shape_map() == rb.get_variable_to_shape_map()
-  assert ra.get_variable_to_dtype_map() == rb.get_variable_to_dtype_map()
-  for name in ra.get_variable_to_shape_map():
-    np.testing.assert_array_equal(ra.get_tensor(name), rb.get_tensor(name), name)
 
 
 def test_hf_signatures_reproduce_transformers(hf_ref, hf_out):
@@ -50,14 +41,14 @@ def test_hf_signatures_reproduce_transformers(hf_ref, hf_out):
   inputs = {k: tf.constant(g[k]) for k in ("input_ids", "input_mask", "segment_ids")}
   loaded = tf.saved_model.load(str(out / "saved_model"))
   rtd = loaded.signatures["rtd"](**inputs)
-  assert _max_diff(rtd["rtd_logits"], g["disc_logits"]) <= ATOL
-  assert _max_diff(rtd["sequence_output"], g["disc_sequence_output"]) <= ATOL
+  assert max_diff(rtd["rtd_logits"], g["disc_logits"]) <= ATOL
+  assert max_diff(rtd["sequence_output"], g["disc_sequence_output"]) <= ATOL
   batch, length = g["input_ids"].shape
   every = tf.constant(np.tile(np.arange(length, dtype=np.int32), (batch, 1)))
   mlm = loaded.signatures["mlm"](**inputs, masked_lm_positions=every)
   assert mlm["mlm_logits"].shape == g["gen_logits"].shape
-  assert _max_diff(mlm["mlm_logits"], g["gen_logits"]) <= ATOL
-  assert _max_diff(mlm["sequence_output"], g["gen_sequence_output"]) <= ATOL
+  assert max_diff(mlm["mlm_logits"], g["gen_logits"]) <= ATOL
+  assert max_diff(mlm["sequence_output"], g["gen_sequence_output"]) <= ATOL
 
 
 def test_hf_round_trip_is_exact_and_ships_the_tokenizer(hf_ref, hf_out):
@@ -103,7 +94,7 @@ def test_output_folders_describe_themselves(hf_ref, hf_out):
     assert getattr(get_generator_config(config, bert), key) == gen_cfg[key], key
   # The output folder is itself a model path: converting it again needs nothing else.
   again = convert(str(out), {}, str(out.parent / "again"))
-  _assert_same_checkpoint(str(out / "tf1" / "model.ckpt"), again["tf1"])
+  assert_same_checkpoint(str(out / "tf1" / "model.ckpt"), again["tf1"])
 
 
 def test_tf1_to_hf_and_back_is_bit_identical(reference_dir, tmp_path, vocab_file):
@@ -112,7 +103,7 @@ def test_tf1_to_hf_and_back_is_bit_identical(reference_dir, tmp_path, vocab_file
                   vocab_file=vocab_file)
   assert first["hf"] == str(tmp_path / "a" / "hf")
   second = convert(first["hf"], {}, str(tmp_path / "b"), hf=True)
-  _assert_same_checkpoint(str(folder / "model.ckpt"), second["tf1"])
+  assert_same_checkpoint(str(folder / "model.ckpt"), second["tf1"])
   for name in ("discriminator", "generator"):
     a = load_file(str(tmp_path / "a" / "hf" / name / "model.safetensors"))
     b = load_file(str(tmp_path / "b" / "hf" / name / "model.safetensors"))
@@ -134,7 +125,7 @@ def test_official_checkpoint_without_hparams_is_inferred(reference_dir, tmp_path
   line = ("inferred from checkpoint: vocab_size 30522, embedding_size 128, hidden 256 x 2 "
           "layers, generator 0.25 x 2 layers (tied embeddings)")
   assert line in capsys.readouterr().out.splitlines()
-  _assert_same_checkpoint(str(folder / "model.ckpt"), result["tf1"])
+  assert_same_checkpoint(str(folder / "model.ckpt"), result["tf1"])
   stored = model_dir.read_model_hparams(str(tmp_path / "out"))
   config = PretrainingConfig("x", "/x", **stored)
   bert = get_bert_config(config)

@@ -6,10 +6,8 @@ are written to ``ckpt-<K>_temp/``, the index is not.
 
 from __future__ import annotations
 
-import os
 import pathlib
 import runpy
-import signal
 import sys
 
 REPO = pathlib.Path(__file__).resolve().parents[2]
@@ -17,15 +15,9 @@ REPO = pathlib.Path(__file__).resolve().parents[2]
 
 def install(kill_step: int) -> None:
   """Makes the merge of ``ckpt-<kill_step>``'s shards SIGKILL this process."""
-  from tensorflow.python.ops import gen_io_ops
-  original = gen_io_ops.merge_v2_checkpoints
+  import toy_train  # this folder is sys.path[0] when run as a script
 
-  def merge(checkpoint_prefixes, destination_prefix, *args, **kwargs):
-    if destination_prefix.numpy().decode().endswith(f"ckpt-{kill_step}"):
-      os.kill(os.getpid(), signal.SIGKILL)
-    return original(checkpoint_prefixes, destination_prefix, *args, **kwargs)
-
-  gen_io_ops.merge_v2_checkpoints = merge
+  toy_train.install_kill("merge", kill_step)
 
 
 if __name__ == "__main__":

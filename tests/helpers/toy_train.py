@@ -98,7 +98,7 @@ def toy_step_fn(model):
   return step
 
 
-def _install_kill(kill_at: str, kill_step: int) -> None:
+def install_kill(kill_at: str, kill_step: int) -> None:
   """SIGKILLs this process inside the save of step `kill_step`, at a chosen point."""
   state = {"step": None}
   if kill_at == "merge":  # shards written to <prefix>_temp/, index not yet written
@@ -164,7 +164,7 @@ def main() -> None:
     tf.config.set_logical_device_configuration(
         cpu, [tf.config.LogicalDeviceConfiguration()] * args.num_cpus)
   if args.kill_at:
-    _install_kill(args.kill_at, args.kill_step)
+    install_kill(args.kill_at, args.kill_step)
   results = []
   for name, model_dir in zip(args.strategy.split(","), args.model_dir.split(","), strict=True):
     devices = [f"CPU:{i}" for i in range(args.num_cpus)] if name == "mirrored" else None
