@@ -18,8 +18,9 @@ VOCAB_TARGET="${VOCAB_TARGET:-8000}"     # WordPiece vocabulary size asked for
 SEQ_LEN="${SEQ_LEN:-128}"
 DEFAULT_SHAPE='"model_size": "small", "model_hparam_overrides": {"num_hidden_layers": 2}'
 MODEL_SHAPE="${MODEL_SHAPE:-$DEFAULT_SHAPE}"   # hparams giving the model's shape
+GENERATOR_SIZE="${GENERATOR_SIZE:-0.125}"  # generator width / discriminator width
 BATCH="${BATCH:-32}"
-STEPS="${STEPS:-900}"
+STEPS="${STEPS:-800}"
 LEARNING_RATE="${LEARNING_RATE:-0.0005}"
 LOG_EVERY="${LOG_EVERY:-50}"
 EVAL_STEPS="${EVAL_STEPS:-20}"
@@ -43,7 +44,7 @@ echo "== 3/7 pre-training TFRecords -> $DEMO_DIR/pretrain_tfrecords"
   --vocab_file "$DEMO_DIR/vocab.txt" --output_dir "$DEMO_DIR/pretrain_tfrecords" \
   --max_seq_length "$SEQ_LEN" --num_out_files 4 --seed 1
 SHAPE="$MODEL_SHAPE, \"vocab_size\": $VOCAB_SIZE"
-HPARAMS="{$SHAPE, \"max_seq_length\": $SEQ_LEN, \"train_batch_size\": $BATCH,
+HPARAMS="{$SHAPE, \"generator_hidden_size\": $GENERATOR_SIZE, \"max_seq_length\": $SEQ_LEN, \"train_batch_size\": $BATCH,
  \"num_train_steps\": $STEPS, \"num_warmup_steps\": $((STEPS / 10)),
  \"learning_rate\": $LEARNING_RATE, \"save_checkpoints_steps\": $((STEPS < 100 ? STEPS : 100)),
  \"iterations_per_loop\": $LOG_EVERY, \"eval_batch_size\": $BATCH,
