@@ -30,7 +30,7 @@ from electra_tf import console  # noqa: I001 -- console.quiet must run before Te
 if __name__ == "__main__":
   console.quiet(sys.argv)
 
-from absl import app, flags, logging  # noqa: E402
+from absl import app, flags  # noqa: E402
 
 from electra_tf import model_dir, model_source  # noqa: E402
 
@@ -91,7 +91,7 @@ def convert(checkpoint: str, hparams: str | dict, output_dir: str, hf: bool = Fa
       reader = tf.train.load_checkpoint(prefix)
       if reader.has_tensor(names.GLOBAL_STEP):
         global_step = int(reader.get_tensor(names.GLOBAL_STEP))
-    logging.info("TF1 checkpoint %s: %s", prefix, report.summary())
+    console.log(f"TF1 checkpoint {prefix}: {report.summary()}")
   else:
     step = tf.Variable(0, dtype=tf.int64)
     with checkpoints.reading(prefix):
@@ -99,7 +99,7 @@ def convert(checkpoint: str, hparams: str | dict, output_dir: str, hf: bool = Fa
     status.expect_partial().assert_existing_objects_matched()
     global_step = int(step.numpy())
     report = None
-    logging.info("TF2 checkpoint %s restored (step %d)", prefix, global_step)
+    console.log(f"TF2 checkpoint {prefix} restored (step {global_step})")
   step_var = tf.Variable(global_step, dtype=tf.int64)
   tf2_prefix = tf.train.Checkpoint(model=model, step=step_var).write(
       os.path.join(output_dir, "tf2", "ckpt"))
@@ -112,7 +112,7 @@ def convert(checkpoint: str, hparams: str | dict, output_dir: str, hf: bool = Fa
       global_step=np.int64(global_step))
   hf_dir, hf_folders = None, {}
   if hf and config.electric_objective:
-    logging.warning("Electric has no Hugging Face model class: skipping the hf/ export")
+    console.log("Electric has no Hugging Face model class: skipping the hf/ export")
   elif hf:
     from electra_tf.hf_export import export_hf
     hf_dir = os.path.join(output_dir, "hf")
@@ -133,7 +133,7 @@ def write_model_files(output_dir: str, config: object, vocab_file: str | None,
   from electra_tf.hf_tokenizer import write_tokenizer_files
 
   if not vocab_file:
-    console.log(f"no vocab.txt beside the checkpoint: {output_dir} gets none (pass --vocab_file)")
+    console.log("no vocab.txt beside the checkpoint: the exports get none (pass --vocab_file)")
   for sub in ("",) + EXPORTS:
     folder = os.path.join(output_dir, sub)
     if os.path.isdir(folder):

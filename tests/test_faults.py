@@ -386,9 +386,10 @@ def test_convert_refuses_a_non_empty_output_dir_and_replaces_it_whole(reference_
 
   proc = _cli(*args, "--overwrite")
   assert proc.returncode == 0, proc.stderr[-2000:]
-  assert sorted(p.name for p in out.iterdir()) == ["encoder", "saved_model", "tf1", "tf2"]
-  assert _last_line(proc.stdout) == (f"wrote {out}/tf2/ckpt, {out}/saved_model (signatures: "
-                                     f"mlm, rtd), {out}/tf1/model.ckpt")
+  # the new export whole (with its hparams.json), nothing of the old one
+  assert sorted(p.name for p in out.iterdir()) == ["encoder", "hparams.json", "saved_model",
+                                                   "tf1", "tf2"]
+  assert f"  tf1/          {out}/tf1/model.ckpt" in proc.stdout.splitlines()
   assert [p.name for p in tmp_path.iterdir()] == ["export"]  # no staging folder left
 
 
