@@ -1,6 +1,6 @@
 """Pre-training data builder throughput: batched tensorflow-text path vs pure-Python tokenizer.
 
-Builds TFRecords from real text (/work/shared/data/gutenberg + state_union by default) three
+Builds TFRecords from real text (../shared/data/gutenberg + state_union by default) three
 ways, side by side in one run, all with the same seed (so the same examples):
 
 1. the pure-Python path: the same reader/packer/writer, tokenizing each line with

@@ -1,4 +1,4 @@
-"""run_pretraining.py on real text (TFRecords built in tmp_path from /work/shared/data): every
+"""run_pretraining.py on real text (TFRecords built in tmp_path from ../shared/data): every
 objective trains and logs every TensorBoard tag, eval writes the official metrics, SIGKILL +
 rerun resumes, MirroredStrategy matches one device, init_checkpoint loads an official model.
 """
