@@ -107,10 +107,9 @@ def train_or_eval(config: Any, strategy: Any = None, jit_compile: bool = False,
     log_fn(f"debug: deleting {config.model_dir} (official behaviour)")
     tf.io.gfile.rmtree(config.model_dir)
   log_fn("=" * 80 + "\nConfig:\n" + config.to_json() + "\n" + "=" * 80)
-  task.check_inputs(config)
-  data_check.check_data(config.pretrain_tfrecords, config.max_seq_length, config.vocab_size,
-                        check=check_data, log_fn=log_fn)
   run = task.build_run(config, strategy, jit_compile, mixed_precision, peak_flops, log_fn)
+  data_check.check_data(config.pretrain_tfrecords, config.max_seq_length, config.vocab_size,
+                        check=check_data, log_fn=log_fn)  # after build_run's setup checks
   results: dict[str, dict[str, float]] = {}
   start = run.trainer.restore_or_initialize()
   if config.do_train:

@@ -48,10 +48,6 @@ def _cli(*args: str, timeout: float = 300) -> subprocess.CompletedProcess:
                         text=True, timeout=timeout)
 
 
-def _last_line(text: str) -> str:
-  return text.strip().splitlines()[-1]
-
-
 # ----- data: corrupt shards, foreign vocabularies ----------------------------------------------
 
 
