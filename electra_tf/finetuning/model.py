@@ -22,7 +22,7 @@ from __future__ import annotations
 
 import inspect
 from collections.abc import Mapping, Sequence
-from typing import Any
+from typing import Any, NamedTuple
 
 import tensorflow as tf
 import tf_keras
@@ -32,17 +32,31 @@ from electra_tf.finetuning.heads import multitask_loss
 from electra_tf.modeling.bert_config import BertConfig
 from electra_tf.modeling.dropout import site_seed
 from electra_tf.modeling.encoder import Transformer
+from electra_tf.modeling.layers import serializable
 from electra_tf.optimization import AdamWeightDecay, Lamb, create_optimizer
 
 ENCODER_SCOPE = "electra"
 
 
+class HeadSpec(NamedTuple):
+  """What the model needs of a task (its name, id and head), rebuilt from a head config."""
+
+  name: str
+  task_id: int
+  head_config: Mapping[str, Any]
+
+  def make_head(self) -> tf_keras.layers.Layer:
+    return tf_keras.layers.deserialize(dict(self.head_config))
+
+
+@serializable
 class FinetuningModel(tf_keras.Model):
   """Shared encoder + task heads, built eagerly so ``tf1_variables()`` is complete at once.
 
   Args:
     bert_config: encoder sizes (``electra_tf.config.get_bert_config``).
-    tasks: the run's tasks in ``task_id`` order (``task.make_head()`` gives each head).
+    tasks: the run's tasks in ``task_id`` order (``task.make_head()`` gives each head), or the
+      ``HeadSpec``s ``from_config`` makes.
     embedding_size: E; an ``electra/embeddings_project`` [E, H] is added when E != H.
     use_one_hot_embeddings: word embeddings by one-hot matmul (the official TPU graph) instead
       of a gather; changes the gradient type, hence the global norm clipping sees.
@@ -69,10 +83,32 @@ class FinetuningModel(tf_keras.Model):
     heads = {}
     for task in tasks:
       head = task.make_head()
-      head.build([None, None, bert_config.hidden_size])
+      if not head.built:  # a head rebuilt by from_config comes built
+        head.build([None, None, bert_config.hidden_size])
       heads[task.name] = head
     self.heads = heads  # tracked by Keras as a dict: checkpoint paths model/heads/<task>/...
     self.built = True
+
+  def get_config(self) -> dict:
+    """Encoder sizes and each task's head config in task_id order: the heads are all the
+    model keeps of its tasks (data, tokenizer, label names stay with them)."""
+    return {"name": self.name, "trainable": self.trainable,
+            "bert_config": self.bert_config.to_dict(),
+            "embedding_size": self.encoder.embedding_size,
+            "use_one_hot_embeddings": self.encoder.embeddings.use_one_hot_embeddings,
+            "heads": [tf_keras.layers.serialize(self.heads[n]) for n in self.task_names]}
+
+  @classmethod
+  def from_config(cls, config: dict, custom_objects=None) -> FinetuningModel:
+    """A new model with the same encoder and heads (fresh weights); needs no task data."""
+    specs = [HeadSpec(head["config"]["task_name"], i, head)
+             for i, head in enumerate(config["heads"])]
+    model = cls(BertConfig.from_dict(config["bert_config"]), specs,
+                embedding_size=config["embedding_size"],
+                use_one_hot_embeddings=config["use_one_hot_embeddings"],
+                name=config.get("name", "finetuning_model"))
+    model.trainable = config.get("trainable", True)
+    return model
 
   @property
   def n_transformer_layers(self) -> int:

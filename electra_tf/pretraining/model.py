@@ -25,8 +25,10 @@ from electra_tf.modeling.bert_config import BertConfig
 from electra_tf.modeling.dropout import site_seed
 from electra_tf.modeling.encoder import Transformer
 from electra_tf.modeling.heads import DiscriminatorHead, MaskedLMHead
+from electra_tf.modeling.layers import serializable
 from electra_tf.pretraining import masking
 from electra_tf.pretraining import objective as objective_lib
+from electra_tf.pretraining import parts as parts_lib
 from electra_tf.pretraining.objective import (
   DISCRIMINATOR_TOWER,
   ELECTRIC,
@@ -88,6 +90,7 @@ def _run_tower(tower: Transformer, inputs: masking.Inputs, training: bool,
   return {"input_ids": inputs.input_ids, **{k: result[k] for k in TOWER_KEYS}}
 
 
+@serializable
 class PretrainingModel(tf_keras.Model):
   """Generator + discriminator with the official variable names and losses.
 
@@ -122,6 +125,21 @@ class PretrainingModel(tf_keras.Model):
     self.generator_rtl = generator_rtl
     self.cloze_head = cloze_head
     self.built = True
+
+  def get_config(self) -> dict:
+    """JSON-able: ``name``, ``objective`` (a dict), the parts' Keras configs and which parts
+    share an ``Embeddings`` layer (see ``pretraining.parts``)."""
+    parts = {name: getattr(self, name) for name in parts_lib.PART_NAMES}
+    return {"name": self.name, "trainable": self.trainable,
+            "objective": self.objective.to_dict(), **parts_lib.serialize_parts(parts)}
+
+  @classmethod
+  def from_config(cls, config: dict, custom_objects=None) -> PretrainingModel:
+    """A new model with the same parts (fresh weights), tied embeddings tied again."""
+    model = cls(Objective.from_dict(config["objective"]), **parts_lib.deserialize_parts(config),
+                name=config.get("name", "pretraining_model"))
+    model.trainable = config.get("trainable", True)
+    return model
 
   # ----- parts ---------------------------------------------------------------------------------
 

@@ -72,6 +72,19 @@ class Objective:
     if self.temperature <= 0:
       raise ValueError(f"temperature must be > 0, got {self.temperature}")
 
+  def to_dict(self) -> dict:
+    """JSON-able fields (``special_ids`` as ``[[token, id], ...]``), for ``get_config``."""
+    return {**dataclasses.asdict(self), "special_ids": [list(p) for p in self.special_ids]}
+
+  @classmethod
+  def from_dict(cls, d: Mapping) -> Objective:
+    """The inverse of ``to_dict``; unknown fields are a one-line error."""
+    unknown = sorted(set(d) - {f.name for f in dataclasses.fields(cls)})
+    if unknown:
+      raise ValueError(f"unknown Objective field(s): {', '.join(unknown)}")
+    special = tuple((str(token), int(i)) for token, i in d.get("special_ids", ()))
+    return cls(**{**d, "special_ids": special})
+
   @property
   def has_discriminator(self) -> bool:
     return self.kind != MLM
