@@ -1,7 +1,7 @@
 """get_config / from_config of the two models: the config is JSON, a rebuilt (or
 ``tf_keras.models.clone_model``) model has the same variables in the same order, tied
 embeddings stay one table, and with the original's weights it computes the same outputs and
-exports the same SavedModel."""
+exports the same SavedModel; a ``.keras`` file saves and loads the model with its weights."""
 
 from __future__ import annotations
 
@@ -43,6 +43,7 @@ PRETRAINING = {
     "mlm": ({"electra_objective": False}, {"generator_head": DISC}, 1),
     "uniform": ({"uniform_generator": True}, {}, 1),
 }
+EXPORTED = ["electra", "electric", "mlm", "uniform"]  # one of each set of signatures / towers
 
 
 def _json_round_trip(config):
@@ -139,6 +140,21 @@ def test_clone_model_of_a_pretraining_model(pretraining):
   assert not {id(v) for v in clone.variables} & {id(v) for v in model.variables}
 
 
+def _assert_keras_file_round_trip(model, path):
+  """``model.save(<file>.keras)`` + ``load_model``: same class, variables and values."""
+  model.save(path)
+  loaded = tf_keras.models.load_model(path)
+  assert type(loaded) is type(model)
+  assert _variables(loaded) == _variables(model)
+  for a, b in zip(model.variables, loaded.variables, strict=True):
+    np.testing.assert_array_equal(a.numpy(), b.numpy(), err_msg=a.name)
+
+
+def test_pretraining_model_keras_file_round_trip(pretraining, tmp_path):
+  _assert_keras_file_round_trip(pretraining[1], str(tmp_path / "model.keras"))
+
+
+@pytest.mark.parametrize("pretraining", EXPORTED, indirect=True)
 def test_rebuilt_pretraining_model_exports(pretraining, tmp_path):
   variant, model, rebuilt = pretraining
   _copy_weights(model, rebuilt)
@@ -232,6 +248,10 @@ def test_clone_model_of_a_finetuning_model(finetuning):
   assert type(clone) is FinetuningModel
   assert _json_round_trip(clone.get_config()) == _json_round_trip(model.get_config())
   assert _variables(clone) == _variables(model)
+
+
+def test_finetuning_model_keras_file_round_trip(finetuning, tmp_path):
+  _assert_keras_file_round_trip(finetuning[1], str(tmp_path / "model.keras"))
 
 
 def test_rebuilt_finetuning_model_exports(finetuning, tmp_path):
