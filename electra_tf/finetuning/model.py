@@ -90,8 +90,7 @@ class FinetuningModel(tf_keras.Model):
     self.built = True
 
   def get_config(self) -> dict:
-    """Encoder sizes and each task's head config in task_id order: the heads are all the
-    model keeps of its tasks (data, tokenizer, label names stay with them)."""
+    """Encoder sizes and the heads' configs (task_id order): all the model keeps of its tasks."""
     return {"name": self.name, "trainable": self.trainable,
             "bert_config": self.bert_config.to_dict(),
             "embedding_size": self.encoder.embedding_size,
