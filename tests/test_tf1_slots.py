@@ -5,6 +5,7 @@ bit for bit to the optimizer's slots; the official-name loader reads such a chec
 reports the slots as optimizer state; a TF1 checkpoint's slots pass through convert unchanged.
 """
 
+import json
 import pathlib
 import shutil
 
@@ -15,8 +16,10 @@ from helpers.checkpoint_asserts import assert_same_checkpoint
 
 from data_prep import build_pretraining_dataset as bpd
 from electra_tf import checkpoints, model_dir, names
-from electra_tf.config import PretrainingConfig
-from electra_tf.convert import convert, training_slots
+from electra_tf.config import FinetuningConfig, PretrainingConfig
+from electra_tf.convert import convert, convert_finetuned, training_slots
+from electra_tf.finetuning import model as finetuning_model
+from electra_tf.finetuning import registry
 from electra_tf.pretraining import task
 from electra_tf.pretraining.builder import build_pretraining_model
 
@@ -66,9 +69,9 @@ def trained(data_root):
   return out
 
 
-def _official_adam_slots(reference_dir) -> list[str]:
-  """The slot names of the official training graph of electra_small_2l."""
-  lines = (reference_dir / "electra_small_2l" / "variables_train_graph.tsv").read_text()
+def _official_adam_slots(reference_dir, folder="electra_small_2l") -> list[str]:
+  """The slot names of the official training graph of a reference folder."""
+  lines = (reference_dir / folder / "variables_train_graph.tsv").read_text()
   rows = [line.split("\t")[0] for line in lines.splitlines()[1:]]
   return sorted(n for n in rows if names.OPTIMIZER_SLOT.match(n))
 
@@ -159,3 +162,76 @@ def test_model_only_tf2_checkpoint_has_no_slots(trained, tmp_path):
   prefix = tf.train.Checkpoint(model=model).write(str(tmp_path / "ckpt"))
   assert checkpoints.tf2_slot_count(prefix) == 0
   assert training_slots(prefix, model, "lamb") == {}
+
+
+def test_finetuning_trial_checkpoint_exports_its_slots(reference_dir, vocab_file, tmp_path,
+                                                       capsys):
+  """A fine-tuning trial's checkpoint (the Trainer's model + optimizer + step, here after one
+  AdamWeightDecay update with layer-wise decay) -> convert -> tf1/ has the official slots."""
+  folder = reference_dir / "finetune_heads"
+  data_dir = tmp_path / "data"
+  (data_dir / "finetuning_data").mkdir(parents=True)
+  tasks = ["rte", "sts", "squad"]
+  for name in tasks:
+    (data_dir / "finetuning_data" / name).symlink_to(folder / "raw" / name)
+  hparams = {**json.loads((folder / "hparams.json").read_text()), "task_names": tasks,
+             "layerwise_lr_decay": 0.8, "vocab_file": vocab_file}
+  config = FinetuningConfig("m", str(data_dir), **hparams)
+  model = finetuning_model.create_model(config, registry.build_tasks(config))
+  finetuning_model.load_init_checkpoint(model, str(folder / "model.ckpt"))
+  optimizer = finetuning_model.create_finetuning_optimizer(config, 10, model.n_transformer_layers)
+  optimizer.build(model.trainable_variables)
+  rng = np.random.default_rng(1)
+  optimizer.apply_gradients(
+      (tf.constant(rng.normal(size=v.shape).astype(np.float32)), v)
+      for v in model.trainable_variables)
+  trial = tmp_path / "trial"
+  step = tf.Variable(1, dtype=tf.int64)
+  tf.train.CheckpointManager(tf.train.Checkpoint(model=model, optimizer=optimizer, step=step),
+                             str(trial), max_to_keep=1).save(checkpoint_number=1)
+  model_dir.write_model_files(str(trial), config, vocab_file)
+  slots = {n: v.numpy() for n, v in optimizer.tf1_slot_variables().items()}
+
+  result = convert_finetuned(str(trial), {}, str(tmp_path / "out"), str(data_dir))
+  reader = tf.train.load_checkpoint(result["tf1"])
+  exported = sorted(n for n in reader.get_variable_to_shape_map()
+                    if names.OPTIMIZER_SLOT.match(n))
+  official = [n for n in _official_adam_slots(reference_dir, "finetune_heads")
+              if not n.startswith("task_specific/chunk/")]
+  assert exported == official == sorted(slots)
+  for name in exported:
+    np.testing.assert_array_equal(reader.get_tensor(name), slots[name], name)
+  n_model = len(model.tf1_variables())
+  assert f"tf1/: {n_model} variables + {len(exported)} adam slots" in capsys.readouterr().out
+
+
+@pytest.mark.parametrize("optimizer", sorted(SLOT_NAMES))
+def test_float16_loss_scaled_checkpoint_restores_the_inner_slots(tmp_path, optimizer):
+  """float16 training wraps the optimizer in a LossScaleOptimizer; its checkpoint keeps the
+  inner optimizer's slots where an unwrapped one reads them."""
+  from electra_tf import optimization, training
+
+  def variables():
+    return [tf.Variable(tf.ones([3]), name="a/kernel"), tf.Variable(tf.ones([2]), name="b/bias")]
+
+  trained = variables()
+  wrapped = training.wrap_optimizer(optimization.create_optimizer(0.1, 5, optimizer=optimizer),
+                                    "float16")
+  wrapped.inner_optimizer.build(trained)
+  with tf.GradientTape() as tape:
+    loss = wrapped.get_scaled_loss(tf.reduce_sum(trained[0] ** 2) + tf.reduce_sum(trained[1]))
+  grads = wrapped.get_unscaled_gradients(tape.gradient(loss, trained))
+  wrapped.apply_gradients(zip(grads, trained, strict=True))
+  want = {n: v.numpy() for n, v in wrapped.inner_optimizer.tf1_slot_variables().items()}
+  prefix = tf.train.Checkpoint(model=tf.train.Checkpoint(v=trained), optimizer=wrapped).write(
+      str(tmp_path / "ckpt"))
+  assert checkpoints.tf2_slot_count(prefix) == 4
+  fresh = variables()
+  plain = optimization.create_optimizer(1.0, 1, optimizer=optimizer)
+  plain.build(fresh)
+  got = checkpoints.restore_optimizer_slots(prefix, tf.train.Checkpoint(v=fresh), plain)
+  assert sorted(got) == sorted(f"{v}/{s}" for v in ("a/kernel", "b/bias")
+                               for s in SLOT_NAMES[optimizer])
+  for name, value in want.items():
+    assert np.any(value != 0), name
+    np.testing.assert_array_equal(got[name].numpy(), value, name)
