@@ -15,11 +15,12 @@ writes ``<output_dir>/tf2/`` (object checkpoint), ``<output_dir>/saved_model/`` 
 ``<var>/adam_m|adam_v`` or ``<var>/lamb_m|lamb_v`` when the source has them: a TF1 checkpoint's
 as stored, a training checkpoint's restored into the ``optimizer`` of its hparams.json) and
 ``<output_dir>/hf/`` (``discriminator/`` for ``ElectraForPreTraining``, ``generator/`` for
-``ElectraForMaskedLM``), plus ``<output_dir>/encoder/``, a TF-Hub-style encoder SavedModel. ``<output_dir>`` and each
-of these folders hold ``hparams.json`` and ``vocab.txt`` (``electra_tf.model_dir``); the hf/
-folders the tokenizer files and every SavedModel ``assets/vocab.txt``. With ``task_names`` in the
-hparams the checkpoint is a fine-tuned model: the SavedModel then has the task signatures
-(``classify``, ``squad``, ``tag``) and ``--data_dir`` names the fine-tuning data layout.
+``ElectraForMaskedLM``), plus ``<output_dir>/encoder/``, a TF-Hub-style encoder SavedModel.
+``<output_dir>`` and each of these folders hold ``hparams.json`` and ``vocab.txt``
+(``electra_tf.model_dir``); the hf/ folders the tokenizer files and every SavedModel
+``assets/vocab.txt``. With ``task_names`` in the hparams the checkpoint is a fine-tuned model:
+the SavedModel then has the task signatures (``classify``, ``squad``, ``tag``) and
+``--data_dir`` names the fine-tuning data layout.
 """
 
 from __future__ import annotations
