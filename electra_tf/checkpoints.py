@@ -4,7 +4,9 @@ Our variables carry the official TF1 names (``electra/encoder/layer_0/...``), so
 official checkpoint is a name-to-name copy and writing one back is a ``Saver`` over a dict.
 Every checkpoint tensor is either loaded or reported as deliberately unused (optimizer slots,
 ``global_step``, towers the model does not have); a shape mismatch is a one-line error naming
-the variable and both shapes.
+the variable and both shapes. Optimizer slots (``<var>/adam_m`` ... ``<var>/lamb_v``) can be
+carried into a TF1 export: read from a TF1 checkpoint as they are (``tf1_slots``) or from the
+optimizer a TF2 training checkpoint restores (``restore_optimizer_slots``).
 """
 
 from __future__ import annotations
@@ -20,7 +22,7 @@ from collections.abc import Iterable, Iterator, Mapping
 import numpy as np
 import tensorflow as tf
 
-from electra_tf.names import GLOBAL_STEP, OPTIMIZER_STATE, tf1_name
+from electra_tf.names import GLOBAL_STEP, OPTIMIZER_SLOT, OPTIMIZER_STATE, tf1_name
 
 
 def variables_by_name(variables: Iterable[tf.Variable]) -> dict[str, tf.Variable]:
@@ -188,3 +190,80 @@ def save_tf1_checkpoint(variables: Mapping[str, tf.Variable | np.ndarray], outpu
   finally:
     shutil.rmtree(tmp_dir, ignore_errors=True)
   return prefix
+
+
+# ------------------------------------------------------------------------------ optimizer slots
+
+# TF2 training checkpoints (``tf.train.Checkpoint(model=, optimizer=, step=)``): AdamWeightDecay
+# (a new-style optimizer) keeps its slots in ``optimizer/_variables/<i>``, LAMB (a legacy one)
+# under each model variable's ``.OPTIMIZER_SLOT/optimizer/<m|v>``; float16 loss scaling only
+# adds ``optimizer/loss_scale/*``.
+_TF2_SLOT = re.compile(r"^optimizer/_variables/\d+/|/\.OPTIMIZER_SLOT/optimizer/")
+
+
+def tf2_slot_count(prefix: str) -> int:
+  """How many optimizer slot tensors a TF2 (object-based) checkpoint holds (0: model only)."""
+  with reading(prefix):
+    return sum(1 for name, _ in tf.train.list_variables(prefix) if _TF2_SLOT.search(name))
+
+
+def restore_optimizer_slots(prefix: str, model: tf.Module, optimizer: object
+                            ) -> dict[str, tf.Variable]:
+  """Restores the slots of ``optimizer`` (built for ``model.trainable_variables``, ``model``
+  already restored) from the TF2 training checkpoint ``prefix``; returns them by official
+  TF1 name (``optimizer.tf1_slot_variables()``).
+
+  Raises ValueError (one line) when the checkpoint's optimizer state does not fit this
+  optimizer: another optimizer type, or slots for a different set of variables.
+  """
+  slots = optimizer.tf1_slot_variables()
+  stored = tf2_slot_count(prefix)
+  if stored != len(slots):
+    raise ValueError(f"checkpoint {prefix} holds {stored} optimizer slots, this model's "
+                     f"{type(optimizer).__name__} has {len(slots)}")
+  try:
+    with reading(prefix):
+      status = tf.train.Checkpoint(model=model, optimizer=optimizer).read(prefix)
+    status.expect_partial().assert_existing_objects_matched()
+  except (AssertionError, ValueError, tf.errors.InvalidArgumentError) as e:
+    first = (str(e).strip().splitlines() or [type(e).__name__])[0][:160]
+    raise ValueError(f"checkpoint {prefix}: its optimizer state does not fit "
+                     f"{type(optimizer).__name__}: {first}") from None
+  return slots
+
+
+def tf1_slots(prefix: str, slot_names: Iterable[str],
+              variables: Mapping[str, tf.Variable]) -> tuple[dict[str, np.ndarray], list[str]]:
+  """The optimizer slots among ``slot_names`` (tensors of TF1 checkpoint ``prefix``), as
+  stored, for the variables in ``variables``; and the slot names of other variables (left out).
+
+  Raises ValueError (one line) when a slot's shape differs from its variable's.
+  """
+  wanted, orphans = {}, []
+  for name in sorted(slot_names):
+    match = OPTIMIZER_SLOT.match(name)
+    if not match:
+      continue
+    if match["variable"] in variables:
+      wanted[name] = variables[match["variable"]]
+    else:
+      orphans.append(name)
+  with reading(prefix):
+    reader = tf.train.load_checkpoint(prefix)
+    values = {}
+    for name, var in wanted.items():
+      values[name] = reader.get_tensor(name)
+      if list(values[name].shape) != var.shape.as_list():
+        raise ValueError(f"shape mismatch for {name}: checkpoint {list(values[name].shape)} vs "
+                         f"its variable {var.shape.as_list()}")
+  return values, orphans
+
+
+def slots_summary(slot_names: Iterable[str]) -> str:
+  """``164 adam slots`` (or ``lamb``; both kinds: ``82 adam + 82 lamb slots``)."""
+  kinds: dict[str, int] = {}
+  for name in slot_names:
+    match = OPTIMIZER_SLOT.match(name)
+    if match:
+      kinds[match["kind"]] = kinds.get(match["kind"], 0) + 1
+  return " + ".join(f"{n} {kind}" for kind, n in sorted(kinds.items())) + " slots"

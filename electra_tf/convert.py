@@ -11,13 +11,16 @@ it is a one-line error.
 
 writes ``<output_dir>/tf2/`` (object checkpoint), ``<output_dir>/saved_model/`` (``rtd`` and
 ``mlm`` signatures, see ``electra_tf.export``), ``<output_dir>/tf1/`` (``model.ckpt`` +
-``checkpoint``, official names, readable by the official code) and ``<output_dir>/hf/``
-(``discriminator/`` for ``ElectraForPreTraining``, ``generator/`` for ``ElectraForMaskedLM``),
-plus ``<output_dir>/encoder/``, a TF-Hub-style encoder SavedModel. ``<output_dir>`` and each
-of these folders hold ``hparams.json`` and ``vocab.txt`` (``electra_tf.model_dir``); the hf/
-folders the tokenizer files and every SavedModel ``assets/vocab.txt``. With ``task_names`` in the
-hparams the checkpoint is a fine-tuned model: the SavedModel then has the task signatures
-(``classify``, ``squad``, ``tag``) and ``--data_dir`` names the fine-tuning data layout.
+``checkpoint``, official names, readable by the official code; with the optimizer slots
+``<var>/adam_m|adam_v`` or ``<var>/lamb_m|lamb_v`` when the source has them: a TF1 checkpoint's
+as stored, a training checkpoint's restored into the ``optimizer`` of its hparams.json) and
+``<output_dir>/hf/`` (``discriminator/`` for ``ElectraForPreTraining``, ``generator/`` for
+``ElectraForMaskedLM``), plus ``<output_dir>/encoder/``, a TF-Hub-style encoder SavedModel.
+``<output_dir>`` and each of these folders hold ``hparams.json`` and ``vocab.txt``
+(``electra_tf.model_dir``); the hf/ folders the tokenizer files and every SavedModel
+``assets/vocab.txt``. With ``task_names`` in the hparams the checkpoint is a fine-tuned model:
+the SavedModel then has the task signatures (``classify``, ``squad``, ``tag``) and
+``--data_dir`` names the fine-tuning data layout.
 """
 
 from __future__ import annotations
@@ -79,6 +82,7 @@ def convert(checkpoint: str, hparams: str | dict, output_dir: str, hf: bool = Fa
   model = build_pretraining_model(config, vocab={})
   variables = model.tf1_variables()
   global_step = 0
+  slots: dict[str, object] = {}  # optimizer slots by official name, for tf1/
   prefix = None if source.hf is not None else checkpoints.resolve_checkpoint(checkpoint)
   if source.hf is not None:
     from electra_tf.hf_import import assign
@@ -92,6 +96,7 @@ def convert(checkpoint: str, hparams: str | dict, output_dir: str, hf: bool = Fa
       if reader.has_tensor(names.GLOBAL_STEP):
         global_step = int(reader.get_tensor(names.GLOBAL_STEP))
     console.log(f"TF1 checkpoint {prefix}: {report.summary()}")
+    slots = passed_through_slots(prefix, report, variables)
   else:
     step = tf.Variable(0, dtype=tf.int64)
     with checkpoints.reading(prefix):
@@ -100,6 +105,7 @@ def convert(checkpoint: str, hparams: str | dict, output_dir: str, hf: bool = Fa
     global_step = int(step.numpy())
     report = None
     console.log(f"TF2 checkpoint {prefix} restored (step {global_step})")
+    slots = training_slots(prefix, model, config.optimizer)
   step_var = tf.Variable(global_step, dtype=tf.int64)
   tf2_prefix = tf.train.Checkpoint(model=model, step=step_var).write(
       os.path.join(output_dir, "tf2", "ckpt"))
@@ -108,8 +114,8 @@ def convert(checkpoint: str, hparams: str | dict, output_dir: str, hf: bool = Fa
     export_encoder_saved_model(model.discriminator, os.path.join(output_dir, "encoder"),
                                vocab_file)
   tf1_prefix = checkpoints.save_tf1_checkpoint(
-      {k: v for k, v in variables.items()}, os.path.join(output_dir, "tf1"),
-      global_step=np.int64(global_step))
+      {**variables, **slots}, os.path.join(output_dir, "tf1"), global_step=np.int64(global_step))
+  log_tf1_slots(variables, slots)
   hf_dir, hf_folders = None, {}
   if hf and config.electric_objective:
     console.log("Electric has no Hugging Face model class: skipping the hf/ export")
@@ -123,6 +129,48 @@ def convert(checkpoint: str, hparams: str | dict, output_dir: str, hf: bool = Fa
   return {"tf2": tf2_prefix, "hf": hf_dir, "saved_model": os.path.join(output_dir, "saved_model"),
           "signatures": signatures, "tf1": tf1_prefix, "report": report,
           "global_step": global_step}
+
+
+def training_slots(prefix: str, model: object, optimizer: str) -> dict[str, object]:
+  """The optimizer slots of a TF2 training checkpoint, by official TF1 name, restored into an
+  ``optimizer`` ("adamw" | "lamb", from hparams.json) built for the model's trainable
+  variables; {} when the checkpoint holds no optimizer state or (one line says why) state
+  that does not fit."""
+  from electra_tf import checkpoints
+  from electra_tf.optimization import create_optimizer
+
+  if not checkpoints.tf2_slot_count(prefix):
+    return {}
+  # The schedule does not matter: only the slots are read, never applied.
+  built = create_optimizer(1.0, 1, optimizer=optimizer)
+  built.build(model.trainable_variables)
+  try:
+    return checkpoints.restore_optimizer_slots(prefix, model, built)
+  except ValueError as e:
+    console.log(f"tf1/: optimizer slots not exported ({e}; is \"optimizer\": \"{optimizer}\" "
+                "the one it was trained with?)")
+    return {}
+
+
+def passed_through_slots(prefix: str, report: object,
+                         variables: dict[str, object]) -> dict[str, object]:
+  """The optimizer slots a TF1 checkpoint carries (``report.unused_optimizer_state``), as
+  stored, for the exported ``variables``; slots of other variables are dropped (one line)."""
+  from electra_tf import checkpoints
+
+  slots, orphans = checkpoints.tf1_slots(prefix, report.unused_optimizer_state, variables)
+  if orphans:
+    console.log(f"tf1/: dropped {len(orphans)} optimizer slots of variables the model does not "
+                f"have, first: {orphans[0]}")
+  return slots
+
+
+def log_tf1_slots(variables: dict[str, object], slots: dict[str, object]) -> None:
+  """One line when tf1/ carries optimizer slots: ``tf1/: 82 variables + 164 adam slots``."""
+  from electra_tf import checkpoints
+
+  if slots:
+    console.log(f"tf1/: {len(variables)} variables + {checkpoints.slots_summary(slots)}")
 
 
 def write_model_files(output_dir: str, config: object, vocab_file: str | None,
@@ -176,14 +224,22 @@ def convert_finetuned(checkpoint: str, hparams: str | dict, output_dir: str,
     raise ValueError(f"checkpoint {checkpoint} lacks {len(report.missing)} task-head "
                      f"variable(s), first: {report.missing[0]} (is it a fine-tuned checkpoint "
                      "of these task_names?)")
+  variables = model.tf1_variables()
+  slots: dict[str, object] = {}  # optimizer slots by official name, for tf1/
+  if not model_source.is_hf(checkpoint):
+    prefix = checkpoints.resolve_checkpoint(checkpoint)
+    slots = (passed_through_slots(prefix, report, variables)
+             if checkpoints.is_tf1_checkpoint(prefix)
+             else training_slots(prefix, model, config.optimizer))
   tf2_prefix = tf.train.Checkpoint(model=model).write(os.path.join(output_dir, "tf2", "ckpt"))
   saved_model = os.path.join(output_dir, "saved_model")
   signatures = export_finetuned_saved_model(model, tasks, saved_model, config.vocab_file,
                                             config.do_lower_case, config.max_seq_length)
   export_encoder_saved_model(model.encoder, os.path.join(output_dir, "encoder"),
                              config.vocab_file)
-  tf1_prefix = checkpoints.save_tf1_checkpoint(model.tf1_variables(),
+  tf1_prefix = checkpoints.save_tf1_checkpoint({**variables, **slots},
                                                os.path.join(output_dir, "tf1"))
+  log_tf1_slots(variables, slots)
   write_model_files(output_dir, config, config.vocab_file)
   return {"tf2": tf2_prefix, "saved_model": saved_model, "signatures": sorted(signatures),
           "tf1": tf1_prefix, "hf": None, "report": report}

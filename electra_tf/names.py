@@ -69,6 +69,8 @@ GLOBAL_STEP = "global_step"
 ADAM_SLOTS = ("adam_m", "adam_v")
 LAMB_SLOTS = ("lamb_m", "lamb_v")  # LAMB's first / second moment (bias-corrected when applied)
 OPTIMIZER_STATE = re.compile(r"(^global_step$|/(adam|lamb)_[mv]$)")
+# ``<variable>/adam_m`` etc.: one optimizer slot and the TF1 name of the variable it belongs to.
+OPTIMIZER_SLOT = re.compile(r"^(?P<variable>.+)/(?P<kind>adam|lamb)_[mv]$")
 
 
 def tf1_name(variable: tf.Variable) -> str:

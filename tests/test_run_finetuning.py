@@ -111,7 +111,12 @@ def test_all_task_families_multitask_from_official_checkpoint(data_root, vocab_f
   init = tf.train.load_checkpoint(ckpt)
   steps = int(tuned.get_tensor("global_step"))
   assert steps >= 2
-  names = [n for n in tuned.get_variable_to_shape_map() if n.startswith("electra/")]
+  stored = tuned.get_variable_to_shape_map()
+  weights = [n for n in stored if not n.endswith(("/adam_m", "/adam_v")) and n != "global_step"]
+  # the optimizer's slots come along under the official names, one pair per weight
+  assert sorted(n for n in stored if n.endswith(("/adam_m", "/adam_v"))) == sorted(
+      f"{n}/{s}" for n in weights for s in ("adam_m", "adam_v"))
+  names = [n for n in weights if n.startswith("electra/")]
   assert len(names) == 39
   diffs = [np.abs(tuned.get_tensor(n) - init.get_tensor(n)).max() for n in names]
   # AdamWeightDecay moves a weight by < 10 lr per step (lr 1e-4); a random init is ~0.02 off

@@ -103,8 +103,10 @@ class ModelRunner:
     log(f"Training for {steps} steps ({n_records} records, batch {c.train_batch_size}, "
         f"{c.num_train_epochs} epochs)")
     trainer.train(dataset_fn)
-    # Official-name copy of the weights, readable by the official code and the converters.
+    # Official-name copy of the weights and the optimizer slots (<var>/adam_m, ... lamb_v),
+    # readable by the official code and the converters.
     values = {name: v.numpy() for name, v in model.tf1_variables().items()}
+    values.update({name: v.numpy() for name, v in optimizer.tf1_slot_variables().items()})
     checkpoints.save_tf1_checkpoint(values, os.path.join(self.model_dir, "tf1"),
                                     global_step=int(trainer.global_step.numpy()))
     return steps
