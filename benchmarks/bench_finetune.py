@@ -28,8 +28,9 @@ embedding 128 projected to 256) and ELECTRA-Base (hidden 768, 12 layers, 12 head
 All variants run on one fixed batch of real WordPiece ids (pairs of consecutive wikitext-2
 text, no padding) with fixed random labels. After one untimed two-step warm-up call each
 (tracing, grappler), repetitions are interleaved (ours, ours_eval, tfm, tfm_eval, ours, ...) and
-each reports the median examples/s. Shapes run one after the other. The last line is the train
-step ratio ours / tfm on the Small shapes.
+each reports the median examples/s. Shapes run one after the other; with Base the process
+peaks at about 12 GB of memory (both Base models and their optimizer states). The last line is
+the train step ratio ours / tfm on the Small shapes.
 
   python benchmarks/bench_finetune.py [--shapes=small,base] [--steps=3] [--repeats=3]
   python benchmarks/bench_finetune.py --shapes=small --variants=ours,tfm --num_layers=2
