@@ -11,9 +11,13 @@ embedding 128, vocabulary 30522; generator 1/4 of the width), dropout 0.1, float
 
 Throughput is the steady rate the run logs (``SPS`` of the last progress line: steps after the
 first log interval, which holds the tracing) times the global batch; for 2 workers, the chief's
-(worker 0). The last line is the ratio.
+(worker 0). Then, to show what one step's communication costs, 2 workers time an all-reduce
+(sum) of a float32 tensor as large as the model's trainable weights (= its gradients, read
+from the 1-worker run's checkpoint), median of ``--allreduce_repeats``. The last line is the
+ratio of the two throughputs.
 
   python benchmarks/bench_multi_worker.py [--batch_size=16] [--num_layers=12] [--steps=6]
+  python benchmarks/bench_multi_worker.py --only_allreduce=14196219   # ELECTRA-Small's weights
 """
 
 from __future__ import annotations
@@ -65,25 +69,81 @@ def steady_rate(log: str, steps: int) -> float:
   return float(found[-1].group(3))
 
 
-def run(data_dir: pathlib.Path, name: str, hparams: dict, workers: int) -> float:
-  """Steady global steps/s of run_pretraining.py on ``workers`` processes (1 or 2)."""
-  args = [sys.executable, str(REPO / "run_pretraining.py"), f"--data_dir={data_dir}",
-          f"--model_name={name}", f"--hparams={json.dumps(hparams)}", "--check_data=false"]
+def launch(argv: list[str], workers: int) -> list[subprocess.Popen]:
+  """``workers`` processes of ``argv``; more than one: a loopback cluster through TF_CONFIG."""
+  pipes = {"stdout": subprocess.PIPE, "stderr": subprocess.STDOUT, "text": True}
   if workers == 1:
-    procs = [subprocess.Popen(args + ["--distribution_strategy=one_device"], env=ENV,
-                              stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)]
-  else:
-    hosts = [f"127.0.0.1:{free_port()}" for _ in range(workers)]
-    procs = [subprocess.Popen(
-        args + ["--distribution_strategy=multi_worker_mirrored"],
-        env={**ENV, "TF_CONFIG": json.dumps({"cluster": {"worker": hosts},
-                                             "task": {"type": "worker", "index": i}})},
-        stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True) for i in range(workers)]
+    return [subprocess.Popen(argv, env=ENV, **pipes)]
+  hosts = [f"127.0.0.1:{free_port()}" for _ in range(workers)]
+  return [subprocess.Popen(argv, env={**ENV, "TF_CONFIG": json.dumps(
+      {"cluster": {"worker": hosts}, "task": {"type": "worker", "index": i}})}, **pipes)
+          for i in range(workers)]
+
+
+def finish(procs: list[subprocess.Popen], name: str) -> list[str]:
   logs = [p.communicate()[0] for p in procs]
   for p, log in zip(procs, logs, strict=True):
     if p.returncode:
       raise RuntimeError(f"{name}: exit {p.returncode}:\n{log[-3000:]}")
+  return logs
+
+
+def run(data_dir: pathlib.Path, name: str, hparams: dict, workers: int) -> float:
+  """Steady global steps/s of run_pretraining.py on ``workers`` processes (1 or 2)."""
+  args = [sys.executable, str(REPO / "run_pretraining.py"), f"--data_dir={data_dir}",
+          f"--model_name={name}", f"--hparams={json.dumps(hparams)}", "--check_data=false"]
+  strategy = "one_device" if workers == 1 else "multi_worker_mirrored"
+  logs = finish(launch(args + [f"--distribution_strategy={strategy}"], workers), name)
   return steady_rate(logs[0], hparams["num_train_steps"])
+
+
+def num_weights(model_dir: pathlib.Path) -> int:
+  """Number of model weights (float32 gradients per step) in the latest checkpoint."""
+  import numpy as np
+  import tensorflow as tf
+
+  return sum(int(np.prod(shape)) for name, shape in
+             tf.train.list_variables(tf.train.latest_checkpoint(str(model_dir)))
+             if name.startswith("model/"))
+
+
+def allreduce_worker(size: int, repeats: int) -> None:
+  """One worker of the all-reduce timing: prints the median seconds of a sum of ``size``
+  float32 values over the cluster of TF_CONFIG."""
+  import statistics
+  import time
+
+  import tensorflow as tf
+
+  strategy = tf.distribute.MultiWorkerMirroredStrategy()
+
+  def replica_fn():
+    return tf.distribute.get_replica_context().all_reduce("sum", tf.ones([size], tf.float32))
+
+  @tf.function
+  def reduce():
+    return strategy.experimental_local_results(strategy.run(replica_fn))[0][0]
+
+  reduce().numpy()  # warm-up: tracing, collective group setup
+  seconds = []
+  for _ in range(repeats):
+    start = time.perf_counter()
+    reduce().numpy()
+    seconds.append(time.perf_counter() - start)
+  print(f"allreduce_seconds {statistics.median(seconds)}", flush=True)
+
+
+def allreduce_seconds(size: int, repeats: int) -> float:
+  argv = [sys.executable, __file__, f"--allreduce_worker={size}",
+          f"--allreduce_repeats={repeats}"]
+  log = finish(launch(argv, 2), "all-reduce")[0]
+  return float(re.search(r"allreduce_seconds ([0-9.e-]+)", log).group(1))
+
+
+def report_allreduce(size: int, repeats: int) -> None:
+  seconds = allreduce_seconds(size, repeats)
+  print(f"all-reduce of {size / 1e6:.1f}M float32 ({size * 4 / 2**20:.0f} MiB) between 2 workers "
+        f"over loopback: {seconds:.3f} s", flush=True)
 
 
 def main() -> None:
@@ -95,7 +155,17 @@ def main() -> None:
   p.add_argument("--num_layers", type=int, default=12, help="layers of both towers")
   p.add_argument("--steps", type=int, default=6, help="steps per run (the first 2 untimed)")
   p.add_argument("--text_mb", type=float, default=0.5, help="MB of wikitext-2 text to use")
+  p.add_argument("--allreduce_repeats", type=int, default=5)
+  p.add_argument("--only_allreduce", type=int, default=0,
+                 help="only time the all-reduce, of this many float32 values")
+  p.add_argument("--allreduce_worker", type=int, default=0, help=argparse.SUPPRESS)
   args = p.parse_args()
+  if args.allreduce_worker:
+    allreduce_worker(args.allreduce_worker, args.allreduce_repeats)
+    return
+  if args.only_allreduce:
+    report_allreduce(args.only_allreduce, args.allreduce_repeats)
+    return
   hparams = {"model_size": "small",
              "model_hparam_overrides": {"num_hidden_layers": args.num_layers},
              "max_seq_length": args.seq_length, "train_batch_size": args.batch_size,
@@ -111,7 +181,10 @@ def main() -> None:
     for workers in (1, 2):
       rates[workers] = run(data_dir, f"workers{workers}", hparams, workers) * args.batch_size
       per = args.batch_size // workers
-      print(f"{workers} worker(s) x batch {per}: {rates[workers]:.2f} examples/s", flush=True)
+      print(f"{workers} worker(s) x batch {per}: {rates[workers]:.2f} examples/s "
+            f"({args.batch_size / rates[workers]:.2f} s/step)", flush=True)
+    size = num_weights(data_dir / "models" / "workers1")
+  report_allreduce(size, args.allreduce_repeats)
   print(f"2 workers / 1 worker = {rates[2] / rates[1]:.2f}x")
 
 
