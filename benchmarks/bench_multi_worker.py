@@ -11,10 +11,11 @@ embedding 128, vocabulary 30522; generator 1/4 of the width), dropout 0.1, float
 
 Throughput is the steady rate the run logs (``SPS`` of the last progress line: steps after the
 first log interval, which holds the tracing) times the global batch; for 2 workers, the chief's
-(worker 0). Then, to show what one step's communication costs, 2 workers time an all-reduce
-(sum) of a float32 tensor as large as the model's trainable weights (= its gradients, read
-from the 1-worker run's checkpoint), median of ``--allreduce_repeats``. The last line is the
-ratio of the two throughputs.
+(worker 0). Over the same steps it reports how many CPU cores the worker processes kept busy
+(their user + system CPU time / wall time, from /proc). Then, to show what one step's
+communication costs, 2 workers time an all-reduce (sum) of a float32 tensor as large as the
+model's trainable weights (= its gradients, read from the 1-worker run's checkpoint), median of
+``--allreduce_repeats``. The last line is the ratio of the two throughputs.
 
   python benchmarks/bench_multi_worker.py [--batch_size=16] [--num_layers=12] [--steps=6]
   python benchmarks/bench_multi_worker.py --only_allreduce=14196219   # ELECTRA-Small's weights
@@ -31,6 +32,7 @@ import socket
 import subprocess
 import sys
 import tempfile
+import time
 
 REPO = pathlib.Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
@@ -88,13 +90,33 @@ def finish(procs: list[subprocess.Popen], name: str) -> list[str]:
   return logs
 
 
-def run(data_dir: pathlib.Path, name: str, hparams: dict, workers: int) -> float:
-  """Steady global steps/s of run_pretraining.py on ``workers`` processes (1 or 2)."""
+def cpu_seconds(procs: list[subprocess.Popen]) -> float:
+  """User + system CPU seconds the processes used so far (Linux /proc; 0 elsewhere)."""
+  total = 0.0
+  for p in procs:
+    try:
+      fields = pathlib.Path(f"/proc/{p.pid}/stat").read_text().rsplit(")", 1)[1].split()
+    except OSError:
+      return 0.0
+    total += (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+  return total
+
+
+def run(data_dir: pathlib.Path, name: str, hparams: dict, workers: int) -> tuple[float, float]:
+  """(steady global steps/s, CPU cores the worker processes kept busy meanwhile) of
+  run_pretraining.py on ``workers`` processes (1 or 2)."""
   args = [sys.executable, str(REPO / "run_pretraining.py"), f"--data_dir={data_dir}",
           f"--model_name={name}", f"--hparams={json.dumps(hparams)}", "--check_data=false"]
   strategy = "one_device" if workers == 1 else "multi_worker_mirrored"
-  logs = finish(launch(args + [f"--distribution_strategy={strategy}"], workers), name)
-  return steady_rate(logs[0], hparams["num_train_steps"])
+  procs = launch(args + [f"--distribution_strategy={strategy}"], workers)
+  marks, lines = [], []
+  for line in procs[0].stdout:  # progress lines as they come (the run flushes each)
+    lines.append(line)
+    if SPS.match(line):
+      marks.append((time.perf_counter(), cpu_seconds(procs)))
+  logs = finish(procs, name)
+  (t0, c0), (t1, c1) = marks[0], marks[-1]
+  return steady_rate("".join(lines) + logs[0], hparams["num_train_steps"]), (c1 - c0) / (t1 - t0)
 
 
 def num_weights(model_dir: pathlib.Path) -> int:
@@ -111,7 +133,6 @@ def allreduce_worker(size: int, repeats: int) -> None:
   """One worker of the all-reduce timing: prints the median seconds of a sum of ``size``
   float32 values over the cluster of TF_CONFIG."""
   import statistics
-  import time
 
   import tensorflow as tf
 
@@ -179,10 +200,11 @@ def main() -> None:
           f"{os.cpu_count()} CPU cores", flush=True)
     rates = {}
     for workers in (1, 2):
-      rates[workers] = run(data_dir, f"workers{workers}", hparams, workers) * args.batch_size
+      steps_per_second, cores = run(data_dir, f"workers{workers}", hparams, workers)
+      rates[workers] = steps_per_second * args.batch_size
       per = args.batch_size // workers
       print(f"{workers} worker(s) x batch {per}: {rates[workers]:.2f} examples/s "
-            f"({args.batch_size / rates[workers]:.2f} s/step)", flush=True)
+            f"({1 / steps_per_second:.2f} s/step, {cores:.2f} CPU cores busy)", flush=True)
     size = num_weights(data_dir / "models" / "workers1")
   report_allreduce(size, args.allreduce_repeats)
   print(f"2 workers / 1 worker = {rates[2] / rates[1]:.2f}x")
