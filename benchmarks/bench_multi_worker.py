@@ -204,7 +204,8 @@ def main() -> None:
       rates[workers] = steps_per_second * args.batch_size
       per = args.batch_size // workers
       print(f"{workers} worker(s) x batch {per}: {rates[workers]:.2f} examples/s "
-            f"({1 / steps_per_second:.2f} s/step, {cores:.2f} CPU cores busy)", flush=True)
+            f"({1 / steps_per_second:.2f} s/step, {cores:.2f} CPU cores busy = "
+            f"{cores / steps_per_second:.2f} CPU s/step)", flush=True)
     size = num_weights(data_dir / "models" / "workers1")
   report_allreduce(size, args.allreduce_repeats)
   print(f"2 workers / 1 worker = {rates[2] / rates[1]:.2f}x")
