@@ -48,6 +48,7 @@ HPARAMS = {"model_hparam_overrides": {"hidden_size": 32, "num_hidden_layers": 1}
 # The two setups differ only in the order of float32 sums (the all-reduce of two replicas'
 # gradients: a ring over gRPC vs a local reduction); 1e-6 is ~8 float32 ulps at 1.0.
 ATOL = 1e-6
+LOSS_RTOL = 1e-6  # the logged losses (~35 for total_loss): relative
 TIMEOUT = 300  # seconds per process: generous, for a loaded machine
 pytestmark = pytest.mark.slow  # 6 training processes: ~150 CPU seconds
 
@@ -143,7 +144,7 @@ def _assert_close(got: dict[str, np.ndarray], want: dict[str, np.ndarray]) -> No
 def test_two_workers_train_and_resume_as_one_worker_with_two_replicas(pretrain_dir):
   models = pretrain_dir / "models"
   runs = _two_workers(pretrain_dir, "two", STEPS) + _one_worker(pretrain_dir, "one", STEPS)
-  chief, other, single = _finish(runs)
+  chief, other, _ = _finish(runs)
   assert "Saved" in chief and "Saved" not in other  # only the chief reports its saves
   assert sorted(p.name for p in (models / "two").iterdir() if p.is_file()
                 and not p.name.startswith("events")) == [
@@ -157,7 +158,7 @@ def test_two_workers_train_and_resume_as_one_worker_with_two_replicas(pretrain_d
   for tag, by_step in losses_one.items():
     assert sorted(by_step) == list(range(1, STEPS + 1))
     np.testing.assert_allclose([losses_two[tag][s] for s in by_step], list(by_step.values()),
-                               rtol=ATOL, atol=0, err_msg=tag)
+                               rtol=LOSS_RTOL, atol=0, err_msg=tag)
 
   # Crosswise: the 2-worker checkpoint resumes on one worker and the 1-worker one on 2 workers.
   shutil.copytree(models / "two", models / "two_then_one")
