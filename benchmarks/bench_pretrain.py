@@ -22,7 +22,9 @@ official code, the tanh approximation in tf-models' "gelu"), one device, float32
 All variants run on the same fixed batch of real WordPiece ids (from wikitext-2). After one
 untimed two-step warm-up call each (tracing, grappler / XLA compilation), repetitions are
 interleaved (ours, ours_xla, ours_bf16, tfm, ours, ...) and each reports the median examples/s
-over its repetitions. The last line is ours / tfm.
+over its repetitions. Then (``--memory``, the default) each variant runs alone in a fresh
+process of this script and its peak resident memory (``ru_maxrss``) is printed. The last line
+is ours / tfm.
 
   python benchmarks/bench_pretrain.py [--batch_size=16] [--steps=3] [--repeats=3]
   python benchmarks/bench_pretrain.py --variants=ours,ours_accum --accumulation_steps=4
@@ -34,6 +36,7 @@ import atexit
 import os
 import shutil
 import statistics
+import subprocess
 import sys
 import tempfile
 import time
@@ -66,6 +69,8 @@ flags.DEFINE_integer("repeats", 3, "Timed repetitions per variant (interleaved).
 flags.DEFINE_list("variants", ["ours", "ours_xla", "ours_bf16", "tfm"],
                   "What to run (also: ours_accum).")
 flags.DEFINE_integer("accumulation_steps", 4, "Micro-batches per update of ours_accum.")
+flags.DEFINE_bool("memory", True, "Also measure each variant's peak RSS alone, in a fresh "
+                  "process (build + warm-up + one timed repetition).")
 flags.DEFINE_string("text", os.path.join(_SHARED, "data", "wikitext2", "wiki.test.raw"),
                     "Text the batch's token ids come from.")
 flags.DEFINE_string("vocab_file", os.path.join(_SHARED, "reference", "vocab.txt"), "Vocabulary.")
@@ -240,6 +245,19 @@ def build_tfm(batch: dict[str, np.ndarray]) -> Runner:
   return Runner("tfm", loop, iterator, FLAGS.batch_size)
 
 
+def peak_rss_gib(name: str) -> float:
+  """Peak resident memory (GiB) of ``name`` run alone in a fresh process of this script."""
+  args = [sys.executable, os.path.abspath(__file__), f"--variants={name}", "--repeats=1",
+          "--nomemory"] + [f"--{flag}={FLAGS[flag].value}" for flag in (
+              "batch_size", "seq_length", "num_layers", "steps", "accumulation_steps", "text",
+              "vocab_file")]
+  child = subprocess.Popen(args, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+  _, status, usage = os.wait4(child.pid, 0)
+  if status != 0:
+    raise RuntimeError(f"{name} alone exited with status {status}: run {' '.join(args)}")
+  return usage.ru_maxrss / 2**20  # ru_maxrss is in KiB on Linux
+
+
 def main(argv) -> None:
   del argv
   # Once: a new global seed makes every tf.function retrace (and re-optimise) on its next call.
@@ -271,6 +289,13 @@ def main(argv) -> None:
   for r in runners:
     print(f"{r.name:10s} {medians[r.name]:8.2f} examples/s  (repetitions: "
           f"{', '.join(f'{x:.2f}' for x in r.rates)})")
+  if FLAGS.memory:
+    rss = {name: peak_rss_gib(name) for name in FLAGS.variants}
+    print("peak RSS, each variant alone: " + ", ".join(f"{n} {g:.2f} GiB" for n, g in rss.items()))
+    if "tfm" in rss:
+      for name in rss:
+        if name != "tfm":
+          print(f"peak RSS {name} / tfm = {rss[name] / rss['tfm']:.2f}x")
   if "ours_accum" in medians and "ours" in medians:
     print(f"ours_accum / ours = {medians['ours_accum'] / medians['ours']:.2f}x "
           f"(k = {FLAGS.accumulation_steps} micro-batches of "
