@@ -22,7 +22,9 @@ official code, the tanh approximation in tf-models' "gelu"), one device, float32
 All variants run on the same fixed batch of real WordPiece ids (from wikitext-2). After one
 untimed two-step warm-up call each (tracing, grappler / XLA compilation), repetitions are
 interleaved (ours, ours_xla, ours_bf16, tfm, ours, ...) and each reports the median examples/s
-over its repetitions. Then (``--memory``, the default) each variant runs alone in a fresh
+over its repetitions, and its model FLOPs utilisation (``electra_tf.flops`` train FLOPs per
+example times examples/s, over the measured peak: the fastest of ten 2048^3 matmuls in the
+variant's precision). Then (``--memory``, the default) each variant runs alone in a fresh
 process of this script and its peak resident memory (``ru_maxrss``) is printed. The last line
 is ours / tfm.
 
@@ -53,11 +55,12 @@ from official.modeling import tf_utils  # noqa: E402
 from official.modeling.optimization import legacy_adamw, lr_schedule  # noqa: E402
 from official.nlp.modeling import models, networks  # noqa: E402
 
-from electra_tf import tokenization, training  # noqa: E402
+from electra_tf import flops, tokenization, training  # noqa: E402
 from electra_tf.config import PretrainingConfig  # noqa: E402
 from electra_tf.optimization import create_optimizer  # noqa: E402
 from electra_tf.pretraining import masking, task  # noqa: E402
 from electra_tf.pretraining.builder import build_pretraining_model  # noqa: E402
+from electra_tf.training import accumulation  # noqa: E402
 
 _SHARED = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "..",
                        "shared")
@@ -69,6 +72,7 @@ flags.DEFINE_integer("repeats", 3, "Timed repetitions per variant (interleaved).
 flags.DEFINE_list("variants", ["ours", "ours_xla", "ours_bf16", "tfm"],
                   "What to run (also: ours_accum).")
 flags.DEFINE_integer("accumulation_steps", 4, "Micro-batches per update of ours_accum.")
+flags.DEFINE_bool("report_peak_rss", False, "Print this process's VmHWM at the end.")
 flags.DEFINE_bool("memory", True, "Also measure each variant's peak RSS alone, in a fresh "
                   "process (build + warm-up + one timed repetition).")
 flags.DEFINE_string("text", os.path.join(_SHARED, "data", "wikitext2", "wiki.test.raw"),
@@ -245,17 +249,34 @@ def build_tfm(batch: dict[str, np.ndarray]) -> Runner:
   return Runner("tfm", loop, iterator, FLAGS.batch_size)
 
 
+def matmul_peak(dtype: tf.DType, n: int = 2048) -> float:
+  """FLOP/s of the fastest of 10 [n, n] x [n, n] matmuls in ``dtype`` (the measured peak)."""
+  a = tf.cast(tf.random.normal([n, n]), dtype)
+  matmul = tf.function(lambda x: tf.matmul(x, x), autograph=False)
+  matmul(a).numpy()
+  best = float("inf")
+  for _ in range(10):
+    start = time.perf_counter()
+    matmul(a).numpy()
+    best = min(best, time.perf_counter() - start)
+  return 2 * n**3 / best
+
+
 def peak_rss_gib(name: str) -> float:
-  """Peak resident memory (GiB) of ``name`` run alone in a fresh process of this script."""
+  """Peak resident memory (GiB) of ``name`` run alone in a fresh process of this script.
+
+  The child reports its own ``VmHWM``: a parent's ``ru_maxrss`` for the child would also count
+  the pages the child shared with this (large) process between fork and exec.
+  """
   args = [sys.executable, os.path.abspath(__file__), f"--variants={name}", "--repeats=1",
-          "--nomemory"] + [f"--{flag}={FLAGS[flag].value}" for flag in (
+          "--nomemory", "--report_peak_rss"] + [f"--{flag}={FLAGS[flag].value}" for flag in (
               "batch_size", "seq_length", "num_layers", "steps", "accumulation_steps", "text",
               "vocab_file")]
-  child = subprocess.Popen(args, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-  _, status, usage = os.wait4(child.pid, 0)
-  if status != 0:
-    raise RuntimeError(f"{name} alone exited with status {status}: run {' '.join(args)}")
-  return usage.ru_maxrss / 2**20  # ru_maxrss is in KiB on Linux
+  child = subprocess.run(args, capture_output=True, text=True, check=False)
+  lines = [line for line in child.stdout.splitlines() if line.startswith("VmHWM:")]
+  if child.returncode != 0 or not lines:
+    raise RuntimeError(f"{name} alone exited with status {child.returncode}: run {' '.join(args)}")
+  return int(lines[-1].split()[1]) / 2**20  # kB
 
 
 def main(argv) -> None:
@@ -274,6 +295,10 @@ def main(argv) -> None:
                                        FLAGS.accumulation_steps),
       "tfm": lambda: build_tfm(batch),
   }
+  if "ours_accum" in FLAGS.variants:
+    # Accumulation changes a process-wide grappler option (training.accumulation.prepare);
+    # set it before anything is built so every variant runs, and is optimised, under it.
+    accumulation.prepare(FLAGS.accumulation_steps)
   runners = []
   for name in FLAGS.variants:
     start = time.perf_counter()
@@ -286,9 +311,17 @@ def main(argv) -> None:
     for runner in runners:
       runner.timed(FLAGS.steps)
   medians = {r.name: statistics.median(r.rates) for r in runners}
+  # MFU: the model's train FLOPs (electra_tf.flops, the same for every variant: same shapes)
+  # over this CPU's estimated peak for the variant's precision (electra_tf.training.hardware).
+  per_example = flops.train_flops_per_example(
+      build_pretraining_model(pretraining_config(FLAGS.batch_size, FLAGS.seq_length),
+                              vocab=masking.read_special_ids(FLAGS.vocab_file)), FLAGS.seq_length)
+  peaks = {dtype: matmul_peak(dtype) for dtype in (tf.float32, tf.bfloat16)}
   for r in runners:
-    print(f"{r.name:10s} {medians[r.name]:8.2f} examples/s  (repetitions: "
-          f"{', '.join(f'{x:.2f}' for x in r.rates)})")
+    peak = peaks[tf.bfloat16 if r.name.endswith("bf16") else tf.float32]
+    print(f"{r.name:10s} {medians[r.name]:8.2f} examples/s  MFU "
+          f"{100 * medians[r.name] * per_example / peak:4.1f}% of {peak / 1e9:.0f} GFLOP/s  "
+          f"(repetitions: {', '.join(f'{x:.2f}' for x in r.rates)})")
   if FLAGS.memory:
     rss = {name: peak_rss_gib(name) for name in FLAGS.variants}
     print("peak RSS, each variant alone: " + ", ".join(f"{n} {g:.2f} GiB" for n, g in rss.items()))
@@ -306,6 +339,9 @@ def main(argv) -> None:
         print(f"{name} / tfm = {medians[name] / medians['tfm']:.2f}x")
     if "ours" in medians:
       print(f"ours / tfm = {medians['ours'] / medians['tfm']:.2f}x")
+  if FLAGS.report_peak_rss:
+    with open("/proc/self/status", encoding="ascii") as f:
+      print(next(line.strip() for line in f if line.startswith("VmHWM:")))
 
 
 if __name__ == "__main__":

@@ -27,3 +27,15 @@ def data_dir() -> pathlib.Path:
 @pytest.fixture(scope="session")
 def vocab_file(reference_dir) -> str:
   return str(reference_dir / "vocab.txt")
+
+
+@pytest.fixture(autouse=True)
+def grappler_options():
+  """Each test starts with the process's grappler options (gradient accumulation changes them)."""
+  import tensorflow as tf
+
+  before = tf.config.optimizer.get_experimental_options()
+  yield
+  if tf.config.optimizer.get_experimental_options() != before:
+    tf.config.optimizer.set_experimental_options(
+        {**{"arithmetic_optimization": True}, **before})

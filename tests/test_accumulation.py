@@ -165,3 +165,37 @@ def test_settings_and_config_errors(tmp_path):
     training.TrainSettings(str(tmp_path), 10, 8, gradient_accumulation_steps=0)
   with pytest.raises(ValueError, match="micro_batch_losses must be one of mean, sum"):
     training.TrainSettings(str(tmp_path), 10, 8, micro_batch_losses="max")
+
+
+@pytest.mark.slow
+def test_full_depth_model_runs_accumulated_updates_over_several_loop_calls(vocab_file, tmp_path):
+  """12 layers, k = 4, two loop calls of two updates. Grappler's AddOpsRewrite put
+  TemporaryVariable ops in the micro-batch tf.while_loop whose names collided with the previous
+  call's (AlreadyExistsError in the second call); the Trainer turns that rewrite off."""
+  from electra_tf.optimization import create_optimizer
+  from electra_tf.pretraining import masking, task
+  from electra_tf.pretraining.builder import build_pretraining_model
+
+  seq, batch_size = 32, 8
+  config = PretrainingConfig("deep", str(tmp_path), model_size="small", vocab_file=vocab_file,
+                             max_seq_length=seq, train_batch_size=batch_size,
+                             generator_hidden_size=0.25, num_train_steps=4,
+                             gradient_accumulation_steps=4, seed=1)
+  strategy = training.get_strategy("one_device", num_gpus=0)
+  with strategy.scope():
+    model = build_pretraining_model(config, vocab=masking.read_special_ids(vocab_file))
+    optimizer = create_optimizer(5e-4, 4, weight_decay_rate=0.01)
+  trainer = training.Trainer(
+      strategy, model, optimizer,
+      training.TrainSettings(str(tmp_path / "model"), 4, batch_size, seed=1,
+                             iterations_per_loop=2, gradient_accumulation_steps=4,
+                             micro_batch_losses="sum"),
+      step_fn=task.train_step_fn(model, []), log_fn=_quiet,
+      batch_totals_fn=task.batch_totals_fn(model.objective))
+  rng = np.random.default_rng(0)
+  batch = {"input_ids": rng.integers(1000, 20000, [batch_size, seq]).astype(np.int32),
+           "input_mask": np.ones([batch_size, seq], np.int32),
+           "segment_ids": np.zeros([batch_size, seq], np.int32)}
+  trainer.train(lambda ctx: tf.data.Dataset.from_tensors(batch).repeat())
+  assert int(optimizer.iterations.numpy()) == 4
+  assert tf.config.optimizer.get_experimental_options().get("arithmetic_optimization") is False

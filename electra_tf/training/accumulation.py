@@ -27,6 +27,19 @@ MICRO_BATCH_LOSSES = ("mean", "sum")
 BATCH_TOTALS = "batch_totals"
 
 
+def prepare(k: int) -> int:
+  """Returns ``k``; for k > 1 first turns off grappler's arithmetic optimizer in this process.
+
+  Inside the micro-batch tf.while_loop of a full-size model its AddOpsRewrite makes
+  TemporaryVariable ops whose names collide from one update to the next (AlreadyExistsError,
+  tensorflow/tensorflow#23780). The rewrite only regroups additions; the step is as fast
+  without it (``benchmarks/bench_pretrain.py --variants=ours,ours_accum``).
+  """
+  if k > 1:
+    tf.config.optimizer.set_experimental_options({"arithmetic_optimization": False})
+  return k
+
+
 def split_batch(features: Mapping[str, tf.Tensor], k: int) -> dict[str, tf.Tensor]:
   """Every feature [B, ...] -> [k, B / k, ...] (micro-batch j is ``[j]``); one-line error
   when the replica batch B is not a multiple of k."""

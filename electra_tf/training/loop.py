@@ -136,7 +136,7 @@ class Trainer:
     self.strategy, self.model, self.optimizer, self.settings = strategy, model, optimizer, settings
     self.step_fn = step_fn or model_step_fn(model, training=True)
     self.init_fn, self.log_fn, self.batch_totals_fn = init_fn, log_fn, batch_totals_fn
-    self._micro_batches = settings.gradient_accumulation_steps
+    self._micro_batches = accumulation.prepare(settings.gradient_accumulation_steps)
     self._loss_weight = accumulation.micro_batch_weight(settings.micro_batch_losses,
                                                         self._micro_batches)
     self.is_chief, task_id = runtime.worker_role(strategy)
@@ -218,11 +218,13 @@ class Trainer:
               [ta.write(slot, more[i].indices) for ta, i in zip(indices, sparse, strict=True)],
               {name: sums[name] + outputs[name] for name in sums})
 
+    # parallel_iterations=1: one micro-batch's activations at a time (and no grappler tmp_var race)
     _, acc, values, indices, sums = tf.while_loop(
         lambda j, *_: j < k, body,
         (tf.constant(1, tf.int64), [grads[i] for i in dense],
          [rows(tf.float32, grads[i].values) for i in sparse],
-         [rows(grads[i].indices.dtype, grads[i].indices) for i in sparse], sums))
+         [rows(grads[i].indices.dtype, grads[i].indices) for i in sparse], sums),
+        parallel_iterations=1)
     for i, a in zip(dense, acc, strict=True):
       grads[i] = a
     for i, v, n in zip(sparse, values, indices, strict=True):
