@@ -51,6 +51,7 @@ import time
 os.environ.setdefault("TF_USE_LEGACY_KERAS", "1")
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))  # timing.py
 
 import numpy as np  # noqa: E402
 import tensorflow as tf  # noqa: E402
@@ -60,6 +61,7 @@ from absl import logging as absl_logging  # noqa: E402
 from official.modeling import tf_utils  # noqa: E402
 from official.modeling.optimization import legacy_adamw, lr_schedule  # noqa: E402
 from official.nlp.modeling import models, networks  # noqa: E402
+from timing import Runner  # noqa: E402
 
 from electra_tf import tokenization, training  # noqa: E402
 from electra_tf.config import FinetuningConfig, get_bert_config  # noqa: E402
@@ -120,26 +122,6 @@ def finetuning_config(shape: str) -> FinetuningConfig:
       model_hparam_overrides={"num_hidden_layers": FLAGS.num_layers}, init_checkpoint=None,
       max_seq_length=FLAGS.seq_length, train_batch_size=FLAGS.batch_size,
       eval_batch_size=FLAGS.batch_size)
-
-
-class Runner:
-  """One variant: a multi-step tf.function over a repeated in-memory batch; times calls."""
-
-  def __init__(self, name: str, loop, iterator, batch_size: int):
-    self.name, self._loop, self._iterator, self._batch = name, loop, iterator, batch_size
-    self.rates: list[float] = []
-
-  def warm_up(self) -> float:
-    """Two steps: the first call also builds the loop body, which the first step skips."""
-    start = time.perf_counter()
-    tf.nest.map_structure(lambda t: t.numpy(), self._loop(self._iterator, tf.constant(2)))
-    return time.perf_counter() - start
-
-  def timed(self, steps: int) -> None:
-    start = time.perf_counter()
-    out = self._loop(self._iterator, tf.constant(steps))
-    tf.nest.map_structure(lambda t: t.numpy(), out)  # wait for the device
-    self.rates.append(steps * self._batch / (time.perf_counter() - start))
 
 
 def _iterator(strategy, features: dict[str, np.ndarray]):

@@ -46,6 +46,7 @@ import time
 os.environ.setdefault("TF_USE_LEGACY_KERAS", "1")
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))  # timing.py
 
 import numpy as np  # noqa: E402
 import tensorflow as tf  # noqa: E402
@@ -54,6 +55,7 @@ from absl import app, flags  # noqa: E402
 from official.modeling import tf_utils  # noqa: E402
 from official.modeling.optimization import legacy_adamw, lr_schedule  # noqa: E402
 from official.nlp.modeling import models, networks  # noqa: E402
+from timing import Runner  # noqa: E402
 
 from electra_tf import flops, tokenization, training  # noqa: E402
 from electra_tf.config import PretrainingConfig  # noqa: E402
@@ -111,26 +113,6 @@ def pretraining_config(batch_size: int, seq_length: int) -> PretrainingConfig:
       model_hparam_overrides={"num_hidden_layers": FLAGS.num_layers},
       vocab_file=FLAGS.vocab_file, max_seq_length=seq_length, train_batch_size=batch_size,
       generator_hidden_size=GEN_FRACTION, num_warmup_steps=WARMUP, num_train_steps=TOTAL, seed=1)
-
-
-class Runner:
-  """One variant: a multi-step tf.function over a repeated in-memory batch; times calls."""
-
-  def __init__(self, name: str, loop, iterator, batch_size: int):
-    self.name, self._loop, self._iterator, self._batch = name, loop, iterator, batch_size
-    self.rates: list[float] = []
-
-  def warm_up(self) -> float:
-    """Two steps: the first call also builds the loop body, which the first step skips."""
-    start = time.perf_counter()
-    tf.nest.map_structure(lambda t: t.numpy(), self._loop(self._iterator, tf.constant(2)))
-    return time.perf_counter() - start
-
-  def timed(self, steps: int) -> None:
-    start = time.perf_counter()
-    out = self._loop(self._iterator, tf.constant(steps))
-    tf.nest.map_structure(lambda t: t.numpy(), out)  # wait for the device
-    self.rates.append(steps * self._batch / (time.perf_counter() - start))
 
 
 def build_ours(name: str, batch: dict[str, np.ndarray], jit_compile: bool,
