@@ -218,7 +218,7 @@ class Trainer:
               [ta.write(slot, more[i].indices) for ta, i in zip(indices, sparse, strict=True)],
               {name: sums[name] + outputs[name] for name in sums})
 
-    # parallel_iterations=1: one micro-batch's activations at a time (and no grappler tmp_var race)
+    # parallel_iterations=1: only one micro-batch's activations are alive at a time
     _, acc, values, indices, sums = tf.while_loop(
         lambda j, *_: j < k, body,
         (tf.constant(1, tf.int64), [grads[i] for i in dense],
