@@ -62,7 +62,7 @@ from electra_tf.config import PretrainingConfig  # noqa: E402
 from electra_tf.optimization import create_optimizer  # noqa: E402
 from electra_tf.pretraining import masking, task  # noqa: E402
 from electra_tf.pretraining.builder import build_pretraining_model  # noqa: E402
-from electra_tf.training import accumulation  # noqa: E402
+from electra_tf.training import accumulation, hardware  # noqa: E402
 
 _SHARED = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "..",
                        "shared")
@@ -269,6 +269,9 @@ def main(argv) -> None:
   print(f"ELECTRA-Small shapes, {FLAGS.num_layers} layers, batch {FLAGS.batch_size} x "
         f"{FLAGS.seq_length}, {FLAGS.steps} steps x {FLAGS.repeats} interleaved repetitions, "
         f"TF {tf.__version__}, {os.cpu_count()} CPUs", flush=True)
+  note = hardware.low_precision_note("bfloat16")
+  if note and any(name.endswith("bf16") for name in FLAGS.variants):
+    print(note, flush=True)
   builders = {
       "ours": lambda: build_ours("ours", batch, False, None),
       "ours_xla": lambda: build_ours("ours_xla", batch, True, None),

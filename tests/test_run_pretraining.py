@@ -281,6 +281,40 @@ def test_peak_flops_lookup_and_cpu_estimate():
   assert hardware.cpu_peak_flops("bfloat16") >= fp32
 
 
+@pytest.mark.parametrize("flags, precision, expected", [
+    ({"avx512f"}, "bfloat16", "no bfloat16 matrix instructions (avx512_bf16 / amx_bf16"),
+    ({"avx512f", "avx512_bf16"}, "bfloat16", None),
+    ({"avx512f", "amx_bf16"}, "bfloat16", None),
+    ({"avx512f", "avx512_bf16"}, "float16", "no float16 matrix instructions"),
+    ({"avx512f"}, None, None),
+    (set(), "bfloat16", None),  # flags unknown (no /proc/cpuinfo): no claim
+])
+def test_low_precision_note_names_the_missing_cpu_units(monkeypatch, flags, precision, expected):
+  from electra_tf.training import hardware
+
+  monkeypatch.setattr(hardware, "_cpu_info", lambda: ("GenuineIntel", flags, 6))
+  note = hardware.low_precision_note(precision)
+  if expected is None:
+    assert note is None
+  else:
+    assert expected in note and "\n" not in note
+
+
+def test_build_run_logs_the_emulated_precision_note(pretrain_dir, reference_dir, monkeypatch):
+  from electra_tf.training import hardware
+
+  monkeypatch.setattr(hardware, "_cpu_info", lambda: ("GenuineIntel", {"avx512f"}, 6))
+  hparams = json.loads((reference_dir / "electra_small_2l" / "hparams.json").read_text())
+  config = PretrainingConfig("bf16_note", str(pretrain_dir), **hparams, seed=1,
+                             train_batch_size=8)
+  lines = []
+  try:
+    task.build_run(config, mixed_precision="bfloat16", log_fn=lines.append)
+  finally:
+    training.set_mixed_precision_policy(None)
+  assert [line for line in lines if "no bfloat16 matrix instructions" in line], lines
+
+
 def test_latest_checkpoint_with_a_relative_model_dir(tmp_path, monkeypatch):
   # `--data-dir runs/x` gives a relative model_dir: the rerun must find the saved checkpoint.
   monkeypatch.chdir(tmp_path)

@@ -282,6 +282,9 @@ def build_run(config: Any, strategy: tf.distribute.Strategy | None = None,
     seed = random.SystemRandom().randrange(2**31)
     log_fn(f"No seed hparam: using seed {seed} for initialisation, masking and sampling")
   training.set_mixed_precision_policy(mixed_precision)
+  note = hardware.low_precision_note(mixed_precision)
+  if note:
+    log_fn(note)
   training.set_seed(seed)
   with strategy.scope():
     model = build_pretraining_model(config)

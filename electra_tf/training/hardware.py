@@ -90,6 +90,28 @@ def cpu_peak_flops(precision: str | None = None) -> float:
   return float(cores or 1) * _cpu_hz() * per_cycle
 
 
+# Instruction sets with matrix / dot-product units for each low precision on x86 CPUs.
+NATIVE_CPU_FLAGS = {"bfloat16": ("avx512_bf16", "amx_bf16"), "float16": ("avx512_fp16", "amx_fp16")}
+
+
+def low_precision_note(precision: str | None) -> str | None:
+  """One line when ``precision`` would run emulated (and slower than float32) on this CPU.
+
+  None on GPUs / TPUs, for float32, and on CPUs whose flags list a native unit for it (on a
+  CPU without them TensorFlow converts every operand to float32 and back, so a bfloat16 step
+  runs at about half the float32 speed; see docs/performance.md).
+  """
+  if precision not in NATIVE_CPU_FLAGS or tf.config.list_physical_devices("GPU") or \
+      tf.config.list_logical_devices("TPU"):
+    return None
+  _, flags, _ = _cpu_info()
+  if not flags or flags & set(NATIVE_CPU_FLAGS[precision]):
+    return None
+  return (f"note: this CPU has no {precision} matrix instructions "
+          f"({' / '.join(NATIVE_CPU_FLAGS[precision])} not in /proc/cpuinfo): {precision} "
+          "matmuls are emulated and slower than float32 here; --mixed_precision none is faster")
+
+
 def peak_flops(precision: str | None = None) -> float | None:
   """Peak FLOP/s of ONE device the strategy trains on: GPU 0 if visible, else the CPUs."""
   gpus = tf.config.list_physical_devices("GPU")
