@@ -16,6 +16,11 @@ from electra_tf.pretraining.builder import build_pretraining_model
 from electra_tf.pretraining.metrics import metric_statistics, metrics, metrics_from_statistics
 
 ATOL = 1e-5
+# Float64 sums over the 30522 float32 logits of a slot amplify the matmul kernels' rounding,
+# which depends on the CPU (oneDNN blocking): the reference README measures the official code's
+# own spread across kernel paths as <= 1.5e-6 of the largest value (3.5e-5 absolute with oneDNN
+# off; this port shows the same 3.50e-5 with TF_ENABLE_ONEDNN_OPTS=0). All other keys use ATOL.
+SUM_ATOL_PER_MAX = 1.5e-6
 GOLDEN_DIRS = ["electra_small_2l", "electric_2l"]
 # Golden keys that are the batch or the injected randomness (inputs, not outputs).
 GOLDEN_INPUT_KEYS = {"input_ids", "input_mask", "segment_ids", "inject_categorical_positions",
@@ -107,7 +112,8 @@ def test_golden_every_key(golden_run):
     else:
       np.testing.assert_array_equal(np.isinf(got), np.isinf(want), err_msg=f"{name}/{key}")
       finite = np.isfinite(want)
-      np.testing.assert_allclose(got[finite], want[finite], rtol=0, atol=ATOL,
+      atol = SUM_ATOL_PER_MAX * np.abs(want).max() if key.endswith("_sum") else ATOL
+      np.testing.assert_allclose(got[finite], want[finite], rtol=0, atol=atol,
                                  err_msg=f"{name}/{key}")
   # batch inputs pass through
   np.testing.assert_array_equal(out["input_mask"], g["input_mask"])
