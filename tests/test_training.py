@@ -350,3 +350,37 @@ def test_training_stops_and_saves_when_the_data_runs_out(tmp_path):
   assert training.latest_checkpoint(str(tmp_path)) == str(tmp_path / "ckpt-7")
   assert any("Training data ran out at step 7" in line for line in lines)
   assert logged["seed_step"] == pytest.approx(5.5)  # steps 5 and 6 since the last log
+
+
+def test_train_loop_holds_the_step_once(tmp_path):
+  """The step is traced into the loop body only: no copy of it runs before the loop."""
+  strategy = _one_device()
+  model, optimizer = toy_train.build(strategy, 4)
+  trainer = training.Trainer(strategy, model, optimizer,
+                             training.TrainSettings(str(tmp_path), 4, 8),
+                             step_fn=toy_train.toy_step_fn(model), log_fn=_quiet)
+  trainer.train(toy_train.dataset_fn(8))
+  iterator = iter(strategy.distribute_datasets_from_function(toy_train.dataset_fn(8)))
+  graph = trainer._train_loop.get_concrete_function(iterator, tf.constant(2)).graph.as_graph_def()
+
+  def matmuls(nodes):
+    return sum(node.op in ("MatMul", "_MklMatMul") for node in nodes)
+
+  per_function = [matmuls(f.node_def) for f in graph.library.function]
+  assert matmuls(graph.node) == 0
+  # one step of the toy model: 2 forward matmuls, both weight gradients, the head's input gradient
+  assert sorted(n for n in per_function if n) == [5]
+
+
+def test_data_ending_exactly_at_a_loop_boundary_stops_and_saves(tmp_path):
+  strategy = _one_device()
+  model, optimizer = toy_train.build(strategy, 30)
+  lines = []
+  trainer = training.Trainer(strategy, model, optimizer,
+                             training.TrainSettings(str(tmp_path), 30, 8, iterations_per_loop=5),
+                             step_fn=toy_train.toy_step_fn(model), log_fn=lines.append)
+  finite_data = toy_train.dataset_fn(8)
+  trainer.train(lambda ctx: finite_data(ctx).take(5))
+  assert int(trainer.global_step.numpy()) == 5
+  assert training.latest_checkpoint(str(tmp_path)) == str(tmp_path / "ckpt-5")
+  assert any("Training data ran out at step 5" in line for line in lines)
