@@ -291,11 +291,8 @@ class Trainer:
     return loop
 
   def _run_loop(self, loop: Callable, iterator, num_steps: int):
-    try:
-      sums, done, finite, exhausted = loop(iterator, tf.constant(num_steps))
-    except tf.errors.OutOfRangeError:  # the data ended exactly at a loop boundary
-      return {}, 0, True, True
-    if int(done) == 0:  # no batch left: no sums to report
+    sums, done, finite, exhausted = loop(iterator, tf.constant(num_steps))
+    if int(done) == 0:  # the data ended exactly at a loop boundary: no sums to report
       return {}, 0, True, True
     return ({k: float(v) for k, v in sums.items()}, int(done), bool(finite), bool(exhausted))
 
