@@ -55,6 +55,10 @@ def define_flags() -> None:
                       "one beside the checkpoint).")
   flags.DEFINE_bool("hf", True, "Also write Hugging Face folders under <output_dir>/hf "
                     "(skipped for Electric, which has no Hugging Face class).")
+  flags.DEFINE_list("litert", [], "Fine-tuned models only: also write LiteRT models under "
+                    "<output_dir>/litert (float32, float16, int8, int8_full; default, all).")
+  flags.DEFINE_bool("keras_hub", False, "Also write a keras-hub ElectraBackbone / "
+                    "ElectraTokenizer preset under <output_dir>/keras_hub.")
   flags.DEFINE_bool("overwrite", False, "Replace a non-empty --output_dir whole (the new export "
                     "is written to a temporary sibling folder and renamed into place).")
 
@@ -128,7 +132,7 @@ def convert(checkpoint: str, hparams: str | dict, output_dir: str, hf: bool = Fa
   write_model_files(output_dir, config, vocab_file, list(hf_folders.values()))
   return {"tf2": tf2_prefix, "hf": hf_dir, "saved_model": os.path.join(output_dir, "saved_model"),
           "signatures": signatures, "tf1": tf1_prefix, "report": report,
-          "global_step": global_step}
+          "global_step": global_step, "config": config}
 
 
 def training_slots(prefix: str, model: object, optimizer: str) -> dict[str, object]:
@@ -242,7 +246,7 @@ def convert_finetuned(checkpoint: str, hparams: str | dict, output_dir: str,
   log_tf1_slots(variables, slots)
   write_model_files(output_dir, config, config.vocab_file)
   return {"tf2": tf2_prefix, "saved_model": saved_model, "signatures": sorted(signatures),
-          "tf1": tf1_prefix, "hf": None, "report": report}
+          "tf1": tf1_prefix, "hf": None, "report": report, "tasks": tasks, "config": config}
 
 
 def is_finetuned(checkpoint: str, hparams: dict) -> bool:
@@ -259,16 +263,20 @@ def main(argv):
     raise app.UsageError(f"unexpected arguments: {' '.join(argv[1:])}")
   if not FLAGS.checkpoint or not FLAGS.output_dir:
     raise app.UsageError("--checkpoint and --output_dir are required")
-  from electra_tf import staging
+  from electra_tf import deploy_exports, staging
   from electra_tf.config import load_hparams
 
+  finetuned = is_finetuned(FLAGS.checkpoint, load_hparams(FLAGS.hparams))
+  litert = deploy_exports.check_requests(FLAGS.litert, FLAGS.keras_hub, FLAGS.checkpoint,
+                                        finetuned)
   with staging.staged_dir(FLAGS.output_dir, FLAGS.overwrite) as stage:
-    if is_finetuned(FLAGS.checkpoint, load_hparams(FLAGS.hparams)):
+    if finetuned:
       result = convert_finetuned(FLAGS.checkpoint, FLAGS.hparams, stage, FLAGS.data_dir)
     else:
       result = convert(FLAGS.checkpoint, FLAGS.hparams, stage, hf=FLAGS.hf,
                        generator_checkpoint=FLAGS.generator_checkpoint,
                        vocab_file=FLAGS.vocab_file)
+    deploy_exports.export_extras(stage, result, litert, FLAGS.keras_hub)
   result = staging.relocate(result, stage, FLAGS.output_dir)
   encoder = os.path.join(FLAGS.output_dir, "encoder")
   lines = [f"  tf2/          {result['tf2']}",
@@ -279,6 +287,7 @@ def main(argv):
     lines.append(f"  encoder/      {encoder}")
   if result["hf"]:
     lines.append(f"  hf/           {result['hf']}")
+  lines += deploy_exports.summary_lines(result)
   console.summary(f"Converted {FLAGS.checkpoint}:", lines)
 
 
