@@ -20,7 +20,9 @@ as stored, a training checkpoint's restored into the ``optimizer`` of its hparam
 (``electra_tf.model_dir``); the hf/ folders the tokenizer files and every SavedModel
 ``assets/vocab.txt``. With ``task_names`` in the hparams the checkpoint is a fine-tuned model:
 the SavedModel then has the task signatures (``classify``, ``squad``, ``tag``) and
-``--data_dir`` names the fine-tuning data layout.
+``--data_dir`` names the fine-tuning data layout. ``--litert`` (fine-tuned models) adds
+``<output_dir>/litert/`` and ``--keras_hub`` ``<output_dir>/keras_hub/`` (see
+``electra_tf.deploy_exports``).
 """
 
 from __future__ import annotations

@@ -61,10 +61,9 @@ def export_litert(output_dir: str, result: dict[str, Any], variants: Sequence[st
   tasks, config = result["tasks"], result["config"]
   names = {t.name: _signature_of(t, result["signatures"]) for t in tasks}
   representative = None
-  if "int8_full" in variants:
-    usable = [t for t in tasks if names[t.name].startswith(("classify", "tag"))]
-    if len(usable) == 1:
-      representative = litert_export.representative_inputs(usable[0])
+  if "int8_full" in variants:  # calibrated on each task's train split
+    representative = litert_export.representative_inputs(
+        {names[t.name]: t for t in tasks if names[t.name].startswith(("classify", "tag"))})
   return litert_export.export_litert(
       output_dir, tasks, names, config.max_seq_length, variants, _vocab(output_dir),
       config.do_lower_case, representative)

@@ -128,8 +128,7 @@ def convert_saved_model(saved_model_dir: str, signatures: Sequence[str], variant
     converter.optimizations = [tf.lite.Optimize.DEFAULT]
   elif variant == "int8_full":
     if representative is None:
-      raise ValueError("int8_full needs representative inputs: a model with one classify / "
-                       "tag task and its train split in --data_dir")
+      raise ValueError("int8_full needs representative inputs (the tasks' train splits)")
     converter.optimizations = [tf.lite.Optimize.DEFAULT]
     converter.representative_dataset = representative
   elif variant != "float32":
@@ -226,20 +225,23 @@ def export_litert(export_dir: str, tasks: Sequence[Any], signature_names: Mappin
   return {"dir": out_dir, "files": files, "failed": failed, "signatures": sorted(kinds)}
 
 
-def representative_inputs(task: Any, max_examples: int = 200
-                          ) -> Callable[[], Iterable[dict[str, Any]]]:
+def representative_inputs(tasks: Mapping[str, Any], max_examples: int = 100
+                          ) -> Callable[[], Iterable[Any]]:
   """Calibration inputs for ``int8_full``: the first ``max_examples`` featurised train
-  examples of ``task``, as [1, T] int32 arrays keyed by input name."""
+  examples of each task ({signature name: task}), as [1, T] int32 arrays keyed by input name;
+  (signature, inputs) pairs when there are several signatures, as the converter expects."""
   import numpy as np
 
   def generate():
-    count = 0
-    for example in task.get_examples("train"):
-      for features in task.featurize(example):
-        yield {k: np.asarray([features[k]], np.int32) for k in INPUT_NAMES}
-        count += 1
+    for signature, task in tasks.items():
+      count = 0
+      for example in task.get_examples("train"):
+        for features in task.featurize(example):
+          inputs = {k: np.asarray([features[k]], np.int32) for k in INPUT_NAMES}
+          yield (signature, inputs) if len(tasks) > 1 else inputs
+          count += 1
         if count >= max_examples:
-          return
+          break
   return generate
 
 
