@@ -94,7 +94,7 @@ def summary_lines(result: dict[str, Any]) -> list[str]:
   """The convert summary lines of the extra exports."""
   lines = []
   litert = result.get("litert")
-  if litert:
+  if litert and litert["dir"]:
     written = ", ".join(os.path.basename(p) for p in litert["files"].values()) or "none"
     line = f"  litert/       {litert['dir']} ({written}; signatures: " \
            f"{', '.join(litert['signatures'])})"

@@ -189,14 +189,15 @@ def export_litert(export_dir: str, tasks: Sequence[Any], signature_names: Mappin
 
   A variant whose conversion fails is left out with one line naming the op; the others (and
   every other export) are kept. Returns {"dir", "files": {variant: path}, "failed":
-  {variant: reason}, "signatures": [...]}. Raises ValueError when the model has no classify / tag
-  task (one line naming the signatures it has).
+  {variant: reason}, "signatures": [...]}; with no classify / tag task, one line naming the
+  signatures the model has and nothing written ("dir" None).
   """
   kinds = signature_kinds(tasks, signature_names)
   if not kinds:
     have = ", ".join(sorted(signature_names.values())) or "none"
-    raise ValueError(f"--litert exports classify / tag signatures; this model's heads give "
-                     f"only: {have}")
+    console.log(f"litert/ not written: LiteRT covers classify / tag signatures, this model "
+                f"has only {have}; the other exports are kept")
+    return {"dir": None, "files": {}, "failed": {}, "signatures": []}
   skipped = sorted(set(signature_names.values()) - set(kinds))
   if skipped:
     console.log(f"litert/: {', '.join(skipped)} not exported (LiteRT covers classify and tag)")

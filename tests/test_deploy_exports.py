@@ -15,10 +15,13 @@ from electra_tf.convert import convert_finetuned
 from electra_tf.keras_hub_check import check_env
 
 INPUTS = ("input_ids", "input_mask", "segment_ids")
-# max |LiteRT - SavedModel| over the reference inputs (rte logits, chunk logits); measured
-# float32 7e-7 / 2e-6, float16 9e-4 / 3.3e-3, int8 1.0e-2 / 5.3e-2, int8_full 4.2e-2 / ?:
-# bounds a few times above that
-TOLERANCE = {"float32": 1e-5, "float16": 1e-2, "int8": 0.15, "int8_full": 0.2}
+# max |LiteRT - SavedModel| over the reference inputs, measured (rte logits / chunk logits):
+# float32 7e-7 / 2e-6, float16 9e-4 / 3.3e-3, int8 1.0e-2 / 5.3e-2, int8_full 4.2e-2 / 0.53
+# (int8 activations are coarse, see docs/deployment.md): bounds about 3x above that
+TOLERANCE = {("float32", "classify"): 1e-5, ("float32", "tag"): 1e-5,
+             ("float16", "classify"): 5e-3, ("float16", "tag"): 1e-2,
+             ("int8", "classify"): 5e-2, ("int8", "tag"): 0.15,
+             ("int8_full", "classify"): 0.15, ("int8_full", "tag"): 1.5}
 # keras-hub's feed-forward uses tanh-approximate GELU, ELECTRA the erf form: sequence_output
 # differs by at most 5.7e-5 here (2 layers, |values| up to 6); see docs/deployment.md
 KERAS_HUB_TOLERANCE = 1e-4
@@ -71,7 +74,7 @@ def test_litert_variants_match_saved_model(exported, reference_dir):
       logits = np.concatenate([o[output] for o in got])
       diff = np.abs(logits - want[output].numpy()).max()
       print(f"{variant} {signature}: max |logit diff| {diff:.2e}")
-      assert diff <= TOLERANCE[variant], (variant, signature, diff)
+      assert diff <= TOLERANCE[variant, signature], (variant, signature, diff)
       second = "probabilities" if signature == "classify" else "predictions"
       assert got[0][second].shape == (1, *want[second].shape[1:])
   spec = json.loads((exported["out"] / "litert" / "litert.json").read_text())
@@ -125,8 +128,7 @@ def test_litert_failure_names_the_op(tmp_path):
   files, failed = litert_export._convert_variants(str(tmp_path / "sm"), ["classify"],
                                                   ["float32", "int8"], str(tmp_path), None)
   assert files == {}
-  assert failed["float32"].startswith("op tf.AsString") or \
-      failed["float32"].startswith("op tf.StringToNumber"), failed
+  assert failed == {"float32": "op tf.AsString", "int8": "op tf.AsString"}
 
 
 def test_litert_failure_keeps_the_other_variants(reference_dir, tmp_path):
@@ -161,10 +163,29 @@ def test_cli_litert_of_pretraining_model_is_one_line(reference_dir, tmp_path):
       [sys.executable, "-m", "electra_tf.convert",
        f"--checkpoint={reference_dir / 'electra_small_2l' / 'model.ckpt'}",
        f"--output_dir={out}", "--litert=int8"],
-      cwd=REPO_ROOT, capture_output=True, text=True, timeout=300)
+      cwd=REPO_ROOT, capture_output=True, text=True, timeout=300,
+      env={k: v for k, v in os.environ.items() if k != "TF_CPP_MIN_LOG_LEVEL"})  # CLI's quiet
   assert proc.returncode != 0
   lines = [line for line in proc.stderr.splitlines() if line.strip()]
   assert len(lines) == 1, proc.stderr
   assert "heads: rtd (replaced-token detection), mlm (generator)" in lines[0]
   assert "is a pre-training model" in lines[0]
   assert not out.exists()
+
+
+def test_litert_of_span_qa_only_model_is_one_line(tmp_path, capsys):
+  """A model whose only head is span QA: one line naming its signatures, nothing written."""
+  result = litert_export.export_litert(str(tmp_path), [], {"squad": "squad"}, 128)
+  assert result == {"dir": None, "files": {}, "failed": {}, "signatures": []}
+  lines = capsys.readouterr().out.strip().splitlines()
+  assert lines == ["litert/ not written: LiteRT covers classify / tag signatures, this model has "
+                   "only squad; the other exports are kept"]
+  assert not (tmp_path / "litert").exists()
+
+
+def test_parse_variants():
+  assert litert_export.parse_variants(["default"]) == ["float32", "float16", "int8"]
+  assert litert_export.parse_variants(["int8", "all"]) == ["int8", "float32", "float16",
+                                                           "int8_full"]
+  with pytest.raises(ValueError, match="unknown variant 'int4'"):
+    litert_export.parse_variants(["int4"])
