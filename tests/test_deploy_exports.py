@@ -131,6 +131,7 @@ def test_litert_failure_names_the_op(tmp_path):
   assert failed == {"float32": "op tf.AsString", "int8": "op tf.AsString"}
 
 
+@pytest.mark.slow
 def test_litert_failure_keeps_the_other_variants(reference_dir, tmp_path):
   """int8_full without a train split to calibrate on fails alone; the rest is written."""
   folder = reference_dir / "finetune_heads"
