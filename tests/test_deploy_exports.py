@@ -190,3 +190,26 @@ def test_parse_variants():
                                                            "int8_full"]
   with pytest.raises(ValueError, match="unknown variant 'int4'"):
     litert_export.parse_variants(["int4"])
+
+
+@pytest.mark.slow
+def test_keras_hub_preset_of_pretraining_model(reference_dir, tmp_path):
+  """A pre-training model's discriminator tower as a preset, against the official outputs."""
+  from electra_tf.convert import convert
+
+  folder = reference_dir / "electra_small_2l"
+  g = dict(np.load(folder / "golden.npz"))
+  out = tmp_path / "out"
+  result = convert(str(folder / "model.ckpt"), str(folder / "hparams.json"), str(out))
+  deploy_exports.export_extras(str(out), result, [], True)
+  np.savez(tmp_path / "in.npz", input_ids=g["input_ids"], input_mask=g["input_mask"],
+           segment_ids=g["segment_ids"])
+  proc = subprocess.run(
+      [sys.executable, "-m", "electra_tf.keras_hub_check", "--preset", result["keras_hub"],
+       "--inputs", str(tmp_path / "in.npz"), "--output", str(tmp_path / "out.npz")],
+      cwd=REPO_ROOT, env=check_env(), capture_output=True, text=True, timeout=300)
+  assert proc.returncode == 0, proc.stderr[-2000:]
+  theirs = np.load(tmp_path / "out.npz")["sequence_output"]
+  diff = np.abs(theirs - g["clean_disc_sequence_output"]).max()
+  print(f"keras-hub sequence_output vs official: max |diff| {diff:.2e}")
+  assert 0 < diff <= KERAS_HUB_TOLERANCE
