@@ -5,7 +5,12 @@ the project ships no third-party data. One document per module: the module docst
 docstrings of its public classes and functions, paragraphs separated by blank lines (the
 layout ``build_pretraining_dataset.py`` expects with ``blanks_separate_docs``).
 
-  python data_prep/build_demo_corpus.py --output_dir /tmp/demo/corpus
+  python data_prep/build_demo_corpus.py --output_dir /tmp/demo/corpus \
+      --index_file /tmp/demo/corpus_modules.tsv
+
+``--index_file`` (outside the corpus folder, whose every file is corpus text) names the module of
+each document: lines ``file<TAB>document<TAB>module``, ``document`` the 0-based position of the
+document in ``file`` (``data_prep/build_demo_task.py`` labels sentences with it).
 """
 
 from __future__ import annotations
@@ -36,6 +41,8 @@ def define_flags() -> None:
   flags.DEFINE_string("output_dir", None, "Directory for the corpus .txt files.")
   flags.DEFINE_integer("num_files", 8, "Documents are spread round-robin over this many files.")
   flags.DEFINE_integer("max_modules", 1000, "Stop after this many modules with text.")
+  flags.DEFINE_string("index_file", None, "Optional TSV naming each document's module "
+                      "(file, document position, module); keep it outside output_dir.")
 
 # Modules that start GUIs, print on import or are slow/unsafe to import.
 _SKIP_PREFIXES = ("antigravity", "this", "idlelib", "tkinter", "turtle", "test", "lib2to3",
@@ -81,13 +88,18 @@ def stdlib_module_names() -> list[str]:
   return out
 
 
-def build_demo_corpus(output_dir: str, num_files: int = 8, max_modules: int = 1000) -> dict:
-  """Writes ``output_dir/stdlib_docs_<i>.txt``; returns counts of modules, paragraphs, words."""
+def build_demo_corpus(output_dir: str, num_files: int = 8, max_modules: int = 1000,
+                      index_file: str | None = None) -> dict:
+  """Writes ``output_dir/stdlib_docs_<i>.txt`` (and ``index_file``, see the module docstring);
+  returns counts of modules, paragraphs, words."""
+  if index_file and os.path.dirname(os.path.abspath(index_file)) == os.path.abspath(output_dir):
+    raise ValueError(f"index_file {index_file} is inside output_dir {output_dir}, whose every "
+                     "file is read as corpus text: write it elsewhere")
   try:
     os.makedirs(output_dir, exist_ok=True)
   except OSError as e:
     raise ValueError(f"output_dir {output_dir} cannot be created: {e.strerror}") from None
-  documents = []
+  documents, names = [], []
   for name in stdlib_module_names():
     if len(documents) >= max_modules:
       break
@@ -100,6 +112,7 @@ def build_demo_corpus(output_dir: str, num_files: int = 8, max_modules: int = 10
     paragraphs = module_document(module)
     if len(paragraphs) >= 2:
       documents.append(paragraphs)
+      names.append(name)
   if not documents:
     raise RuntimeError("found no standard-library docstrings (is this a stripped Python build?)")
   files = [[] for _ in range(num_files)]
@@ -108,8 +121,18 @@ def build_demo_corpus(output_dir: str, num_files: int = 8, max_modules: int = 10
   for i, docs in enumerate(files):
     with open(os.path.join(output_dir, f"stdlib_docs_{i}.txt"), "w", encoding="utf-8") as f:
       f.write("\n\n".join(docs) + "\n")
+  if index_file:
+    _write_index(index_file, names, num_files)
   words = sum(len(p.split()) for doc in documents for p in doc)
   return {"modules": len(documents), "paragraphs": sum(map(len, documents)), "words": words}
+
+
+def _write_index(path: str, names: list[str], num_files: int) -> None:
+  """``file<TAB>document<TAB>module`` per document, in the round-robin order of the files."""
+  os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
+  with open(path, "w", encoding="utf-8") as f:
+    for i, name in enumerate(names):
+      f.write(f"stdlib_docs_{i % num_files}.txt\t{i // num_files}\t{name}\n")
 
 
 def main(argv):
@@ -117,7 +140,8 @@ def main(argv):
     raise app.UsageError(f"unexpected arguments: {' '.join(argv[1:])}")
   if not FLAGS.output_dir:
     raise app.UsageError("--output_dir is required")
-  stats = build_demo_corpus(FLAGS.output_dir, FLAGS.num_files, FLAGS.max_modules)
+  stats = build_demo_corpus(FLAGS.output_dir, FLAGS.num_files, FLAGS.max_modules,
+                            FLAGS.index_file)
   console.log(f"demo corpus: {stats['modules']} modules, {stats['paragraphs']} paragraphs, "
               f"{stats['words']} words -> {FLAGS.output_dir}")
 

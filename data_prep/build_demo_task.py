@@ -1,13 +1,19 @@
-r"""Writes a small labelled task from a text corpus: was a pair of words swapped in this sentence?
+r"""Writes a small labelled task from the demo corpus: which package does a docstring sentence
+come from?
 
   python data_prep/build_demo_task.py --corpus_dir demo_out/corpus \
-      --output_dir demo_out/finetuning_data/swapped
+      --index_file demo_out/corpus_modules.tsv --output_dir demo_out/finetuning_data/topic
 
-Each sentence of 8 to 40 words appears once, either as written (``original``) or with two
-words at random distinct positions exchanged (``swapped``), half and half. The last corpus file
-(in sorted order) gives the dev split, the others the train split, so no dev sentence is seen
-in training. The output is a user task (``task.json`` + ``train.csv`` + ``dev.csv``), so
-``run_finetuning.py`` fine-tunes on it with ``"task_names": ["swapped"]`` and no code.
+The corpus is ``data_prep/build_demo_corpus.py``'s (one document per standard-library module)
+and ``--index_file`` its list of each document's module. A sentence (8 to 40 words) is labelled
+with the top-level name of its module (``email.charset`` -> ``email``); the ``--num_labels``
+names with the most distinct sentences become the labels (Python 3.11: asyncio, email, http,
+urllib, doctest, typing). Each distinct sentence (case and spacing ignored) appears once in the
+whole task, so no dev sentence is seen in training; a sentence found under two labels is
+dropped. Every label gets the same number of train (``max_train / num_labels``) and dev
+(``max_dev / num_labels``) sentences, fewer when its smallest label has too few. The output is
+a user task (``task.json`` + ``train.csv`` + ``dev.csv``), so ``run_finetuning.py`` fine-tunes
+on it with ``"task_names": ["topic"]`` and no code.
 """
 
 from __future__ import annotations
@@ -31,49 +37,101 @@ if __name__ == "__main__":
 from absl import app, flags  # noqa: E402
 
 FLAGS = flags.FLAGS
-LABELS = ("original", "swapped")
 _SENTENCE_END = re.compile(r"(?<=[.!?])\s+(?=[A-Z])")
 
 
 def define_flags() -> None:
   """Command-line flags, defined on demand so importing this module defines none."""
-  flags.DEFINE_string("corpus_dir", None, "Folder of .txt files (one paragraph per line).")
+  flags.DEFINE_string("corpus_dir", None, "Folder of the demo corpus .txt files.")
+  flags.DEFINE_string("index_file", None, "build_demo_corpus.py's --index_file (module of each "
+                      "document).")
   flags.DEFINE_string("output_dir", None, "Task folder to write (finetuning_data/<name>).")
-  flags.DEFINE_integer("max_train", 2000, "At most this many train examples.")
-  flags.DEFINE_integer("max_dev", 500, "At most this many dev examples.")
-  flags.DEFINE_integer("seed", 1, "Seed of the sentence choice, the swaps and the labels.")
+  flags.DEFINE_integer("num_labels", 6, "Labels: the packages with the most sentences.")
+  flags.DEFINE_integer("max_train", 384, "At most this many train examples (all labels).")
+  flags.DEFINE_integer("max_dev", 384, "At most this many dev examples (all labels).")
+  flags.DEFINE_integer("seed", 1, "Seed of the sentence choice and order.")
 
 
-def sentences(path: str, min_words: int = 8, max_words: int = 40) -> Iterator[list[str]]:
-  """Sentences of ``path`` as word lists, paragraphs split at sentence ends."""
-  with open(path, encoding="utf-8") as f:
-    for line in f:
-      for sentence in _SENTENCE_END.split(line.strip()):
-        words = sentence.split()
-        if min_words <= len(words) <= max_words:
-          yield words
+def sentences(paragraph: str, min_words: int = 8, max_words: int = 40) -> Iterator[str]:
+  """Sentences of one paragraph line with ``min_words`` to ``max_words`` words."""
+  for sentence in _SENTENCE_END.split(paragraph.strip()):
+    if min_words <= len(sentence.split()) <= max_words:
+      yield " ".join(sentence.split())
 
 
-def make_examples(word_lists: Sequence[list[str]], limit: int, rng: random.Random
-                  ) -> list[dict[str, str]]:
-  """Up to ``limit`` examples, labels alternating before a shuffle (so they are balanced)."""
-  unique = list(dict.fromkeys(" ".join(w) for w in word_lists))
-  rng.shuffle(unique)
-  examples = []
-  for i, text in enumerate(unique[:limit]):
-    words = text.split()
-    label = LABELS[i % 2]
-    if label == "swapped":
-      a, b = rng.sample(range(len(words)), 2)
-      while words[a] == words[b]:  # a swap of equal words changes nothing: pick again
-        a, b = rng.sample(range(len(words)), 2)
-      words[a], words[b] = words[b], words[a]
-    examples.append({"id": str(i), "sentence": " ".join(words), "label": label})
-  rng.shuffle(examples)
-  return examples
+def read_documents(corpus_dir: str, index_file: str) -> list[tuple[str, list[str]]]:
+  """(module, paragraphs) of every document ``index_file`` names, in its order."""
+  documents: dict[str, list[list[str]]] = {}
+  out = []
+  with open(index_file, encoding="utf-8") as f:
+    for row, line in enumerate(f, 1):
+      fields = line.rstrip("\n").split("\t")
+      if len(fields) != 3 or not fields[1].isdigit():
+        raise ValueError(f"{index_file}, line {row}: expected file<TAB>document<TAB>module, "
+                         f"got {line.strip()!r}")
+      name, position, module = fields[0], int(fields[1]), fields[2]
+      if name not in documents:
+        path = os.path.join(corpus_dir, name)
+        if not os.path.isfile(path):
+          raise ValueError(f"{index_file}, line {row}: {path} does not exist")
+        with open(path, encoding="utf-8") as g:
+          documents[name] = [d.splitlines() for d in g.read().split("\n\n") if d.strip()]
+      if position >= len(documents[name]):
+        raise ValueError(f"{index_file}, line {row}: {name} has {len(documents[name])} "
+                         f"documents, not a document {position} (was the corpus rebuilt "
+                         "without its index?)")
+      out.append((module, documents[name][position]))
+  return out
 
 
-def write_task(output_dir: str, train: list[dict], dev: list[dict]) -> None:
+def sentences_by_label(documents: Sequence[tuple[str, list[str]]]) -> dict[str, list[str]]:
+  """Distinct sentences per top-level package, each sentence under one package only."""
+  first: dict[str, tuple[str, str]] = {}  # normalised -> (label, sentence as first written)
+  ambiguous = set()
+  for module, paragraphs in documents:
+    label = module.split(".")[0]
+    for paragraph in paragraphs:
+      for sentence in sentences(paragraph):
+        key = sentence.lower()
+        if key in first and first[key][0] != label:
+          ambiguous.add(key)
+        first.setdefault(key, (label, sentence))
+  out: dict[str, list[str]] = {}
+  for key, (label, sentence) in first.items():
+    if key not in ambiguous:
+      out.setdefault(label, []).append(sentence)
+  return out
+
+
+def split_task(by_label: dict[str, list[str]], num_labels: int, max_train: int, max_dev: int,
+               rng: random.Random) -> tuple[list[str], list[dict], list[dict]]:
+  """(labels, train rows, dev rows): the ``num_labels`` largest labels, balanced, shuffled."""
+  ranked = sorted(by_label, key=lambda label: (-len(by_label[label]), label))
+  labels = sorted(ranked[:num_labels])
+  if len(labels) < 2:
+    raise ValueError(f"the corpus has sentences of {len(labels)} package(s); a task needs 2")
+  n_train, n_dev = max_train // len(labels), max_dev // len(labels)
+  smallest = min(len(by_label[label]) for label in labels)
+  if n_train + n_dev > smallest:  # shrink both, keeping their ratio
+    n_train = smallest * n_train // (n_train + n_dev)
+    n_dev = smallest - n_train
+  if n_train < 1 or n_dev < 1:
+    raise ValueError(f"label {min(labels, key=lambda lb: len(by_label[lb]))} has only "
+                     f"{smallest} sentences: too few for a train and a dev split")
+  train, dev = [], []
+  for label in labels:
+    chosen = rng.sample(sorted(by_label[label]), n_train + n_dev)
+    dev += [{"sentence": s, "label": label} for s in chosen[:n_dev]]
+    train += [{"sentence": s, "label": label} for s in chosen[n_dev:]]
+  for rows in (train, dev):
+    rng.shuffle(rows)
+    for i, row in enumerate(rows):
+      row["id"] = str(i)
+  return labels, train, dev
+
+
+def write_task(output_dir: str, labels: Sequence[str], train: list[dict], dev: list[dict]
+               ) -> None:
   """``train.csv``, ``dev.csv`` (columns id, sentence, label) and ``task.json``."""
   os.makedirs(output_dir, exist_ok=True)
   for split, rows in (("train", train), ("dev", dev)):
@@ -84,35 +142,30 @@ def write_task(output_dir: str, train: list[dict], dev: list[dict]) -> None:
       writer.writerows(rows)
     os.replace(tmp, os.path.join(output_dir, f"{split}.csv"))
   task = {"type": "classification", "text_a": "sentence", "text_b": None, "label": "label",
-          "labels": list(LABELS)}
+          "labels": list(labels)}
   with open(os.path.join(output_dir, "task.json"), "w", encoding="utf-8") as f:
     json.dump(task, f, indent=2)
     f.write("\n")
 
 
-def build(corpus_dir: str, output_dir: str, max_train: int, max_dev: int, seed: int
-          ) -> tuple[int, int]:
-  """Builds the task; returns (train, dev) sizes."""
-  files = sorted(os.path.join(corpus_dir, n) for n in os.listdir(corpus_dir) if n.endswith(".txt"))
-  if len(files) < 2:
-    raise ValueError(f"{corpus_dir} needs at least two .txt files (one becomes the dev split)")
-  rng = random.Random(seed)
-  train = make_examples([w for p in files[:-1] for w in sentences(p)], max_train, rng)
-  dev = make_examples(list(sentences(files[-1])), max_dev, rng)
-  if not train or not dev:
-    raise ValueError(f"{corpus_dir}: no sentences of 8 to 40 words for the train or dev split")
-  write_task(output_dir, train, dev)
-  return len(train), len(dev)
+def build(corpus_dir: str, index_file: str, output_dir: str, num_labels: int, max_train: int,
+          max_dev: int, seed: int) -> tuple[list[str], int, int]:
+  """Builds the task; returns (labels, train size, dev size)."""
+  by_label = sentences_by_label(read_documents(corpus_dir, index_file))
+  labels, train, dev = split_task(by_label, num_labels, max_train, max_dev, random.Random(seed))
+  write_task(output_dir, labels, train, dev)
+  return labels, len(train), len(dev)
 
 
 def main(argv: Sequence[str]) -> None:
   if len(argv) > 1:
     raise app.UsageError(f"unexpected arguments: {' '.join(argv[1:])}")
-  if not FLAGS.corpus_dir or not FLAGS.output_dir:
-    raise app.UsageError("--corpus_dir and --output_dir are required")
-  n_train, n_dev = build(FLAGS.corpus_dir, FLAGS.output_dir, FLAGS.max_train, FLAGS.max_dev,
-                         FLAGS.seed)
-  console.log(f"Wrote {n_train} train and {n_dev} dev examples to {FLAGS.output_dir}")
+  if not FLAGS.corpus_dir or not FLAGS.index_file or not FLAGS.output_dir:
+    raise app.UsageError("--corpus_dir, --index_file and --output_dir are required")
+  labels, n_train, n_dev = build(FLAGS.corpus_dir, FLAGS.index_file, FLAGS.output_dir,
+                                 FLAGS.num_labels, FLAGS.max_train, FLAGS.max_dev, FLAGS.seed)
+  console.log(f"Wrote {n_train} train and {n_dev} dev examples ({len(labels)} labels: "
+              f"{', '.join(labels)}) to {FLAGS.output_dir}")
 
 
 if __name__ == "__main__":

@@ -36,6 +36,8 @@ def read_scalars(event_dir: str) -> Curves:
     for event in tf.compat.v1.train.summary_iterator(path):
       for value in event.summary.value:
         if value.HasField("tensor"):
+          if value.tensor.dtype == tf.string.as_datatype_enum:  # a text summary: not a curve
+            continue
           number = float(tf.make_ndarray(value.tensor))
         elif value.HasField("simple_value"):
           number = float(value.simple_value)

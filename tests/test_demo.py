@@ -17,6 +17,7 @@ from electra_tf import console
 TINY = {
     "MAX_MODULES": "30", "VOCAB_TARGET": "1000", "SEQ_LEN": "32", "BATCH": "8", "STEPS": "10",
     "LOG_EVERY": "2", "EVAL_STEPS": "2", "FT_TRAIN": "64", "FT_DEV": "32", "FT_SEQ_LEN": "32",
+    "FT_SEEDS": "2",
     "MODEL_SHAPE": '"model_size": "small", "embedding_size": 16, "model_hparam_overrides": '
                    '{"hidden_size": 32, "num_hidden_layers": 2, "num_attention_heads": 2, '
                    '"intermediate_size": 64}'}
@@ -52,10 +53,16 @@ def test_tiny_demo_runs_end_to_end_quietly(tmp_path):
   assert eval_run.count(console.RULE + "\nSummary: model demo, step 10\n") == 1
   assert out.count("Demo summary") == 1
   final = out[out.index("Demo summary"):]
-  ours = json.loads((demo_dir / "models/demo/results/swapped_results.json").read_text())
-  rand = json.loads((demo_dir / "models/random_init/results/swapped_results.json").read_text())
+  ours = json.loads((demo_dir / "models/demo/results/topic_results.json").read_text())
+  rand = json.loads((demo_dir / "models/random_init/results/topic_results.json").read_text())
   match = re.search(r"from the demo model ([0-9.]+) +from random init ([0-9.]+)", final)
   assert match, final
-  assert float(match.group(1)) == round(ours["median"]["swapped"]["accuracy"], 1)
-  assert float(match.group(2)) == round(rand["median"]["swapped"]["accuracy"], 1)
+  assert float(match.group(1)) == round(ours["median"]["topic"]["accuracy"], 1)
+  assert float(match.group(2)) == round(rand["median"]["topic"]["accuracy"], 1)
+  per_seed = re.search(r"per seed: demo model ([0-9. ]+); random init ([0-9. ]+) \(", final)
+  assert per_seed, final
+  for group, results in ((1, ours), (2, rand)):
+    assert [float(v) for v in per_seed.group(group).split()] == [
+        round(trial["topic"]["accuracy"], 1) for trial in results["trials"]]
+  assert len(ours["trials"]) == len(rand["trials"]) == 2
   assert lines[-1] == console.RULE

@@ -27,6 +27,7 @@ from electra_tf.pretraining import data, masking
 from electra_tf.pretraining import metrics as metrics_lib
 from electra_tf.pretraining import objective as objective_lib
 from electra_tf.pretraining.builder import build_pretraining_model
+from electra_tf.pretraining.collapse import CollapseWatch
 from electra_tf.pretraining.model import PretrainingModel
 from electra_tf.training import hardware
 from electra_tf.training.accumulation import BATCH_TOTALS
@@ -311,8 +312,11 @@ def build_run(config: Any, strategy: tf.distribute.Strategy | None = None,
   def init_fn() -> int:
     return init_from_checkpoint(model, optimizer, config.init_checkpoint, log_fn)
 
+  hooks = []
+  if objective.has_discriminator and objective.disc_weight > 0:  # there is a recall to watch
+    hooks.append(CollapseWatch(config.num_warmup_steps, log_fn))
   trainer = training.Trainer(strategy, model, optimizer, settings,
                              step_fn=train_step_fn(model, train_metrics),
                              init_fn=init_fn if config.init_checkpoint else None, log_fn=log_fn,
-                             batch_totals_fn=batch_totals_fn(objective))
+                             batch_totals_fn=batch_totals_fn(objective), interval_hooks=hooks)
   return PretrainingRun(config, model, optimizer, trainer, train_metrics, eval_metrics, seed)

@@ -52,6 +52,9 @@ Features = Mapping[str, tf.Tensor]
 StepFn = Callable[[Features, tf.Tensor], Mapping[str, tf.Tensor]]
 DatasetFn = Callable[[tf.distribute.InputContext], tf.data.Dataset]
 BatchTotalsFn = Callable[[Features], Mapping[str, tf.Tensor]]
+# hook(step, values logged for the interval ending at step), run with the run's summary writer
+# as the default writer (tf.summary calls land in its TensorBoard events)
+IntervalHook = Callable[[int, Mapping[str, float]], None]
 
 
 @dataclasses.dataclass(frozen=True)
@@ -117,12 +120,15 @@ class Trainer:
   Checks model_dir (creatable, writable, room for two checkpoints) on construction, so bad
   settings fail before any step runs. Checkpoint: `tf.train.Checkpoint(model=, optimizer=,
   step=)` saved as `<model_dir>/ckpt-<step>` every `save_checkpoints_steps` and at the end.
+  `interval_hooks` are called after each log line as `hook(step, logged values)` (see
+  IntervalHook), e.g. pretraining.collapse.CollapseWatch.
   """
 
   def __init__(self, strategy: tf.distribute.Strategy, model: tf_keras.Model,
                optimizer: tf_keras.optimizers.Optimizer, settings: TrainSettings,
                step_fn: StepFn | None = None, init_fn: Callable[[], int | None] | None = None,
-               log_fn: Callable[[str], None] = log, batch_totals_fn: BatchTotalsFn | None = None):
+               log_fn: Callable[[str], None] = log, batch_totals_fn: BatchTotalsFn | None = None,
+               interval_hooks: Sequence[IntervalHook] = ()):
     variables = model.trainable_variables
     if not variables:
       raise ValueError("the model has no trainable variables yet: build it (call it once on "
@@ -136,6 +142,7 @@ class Trainer:
     self.strategy, self.model, self.optimizer, self.settings = strategy, model, optimizer, settings
     self.step_fn = step_fn or model_step_fn(model, training=True)
     self.init_fn, self.log_fn, self.batch_totals_fn = init_fn, log_fn, batch_totals_fn
+    self.interval_hooks = tuple(interval_hooks)
     self._micro_batches = accumulation.prepare(settings.gradient_accumulation_steps)
     self._loss_weight = accumulation.micro_batch_weight(settings.micro_batch_losses,
                                                         self._micro_batches)
@@ -385,6 +392,11 @@ class Trainer:
         if end or step % s.iterations_per_loop == 0:
           logged = progress.log(step, monitoring.learning_rate_of(self.optimizer),
                                 {m.name: float(m.result()) for m in metrics})
+          if self.interval_hooks:
+            with writer.as_default():
+              for hook in self.interval_hooks:
+                hook(step, logged)
+            writer.flush()
           for metric in metrics:
             metric.reset_state()
         if end or step % s.save_checkpoints_steps == 0:
