@@ -41,10 +41,20 @@ class _HParams(HParams):
     if self.optimizer not in OPTIMIZERS:
       raise ValueError(f"Unknown optimizer {self.optimizer!r}; expected one of "
                        f"{', '.join(OPTIMIZERS)}")
+    self.check_batch_split()
+
+  def check_batch_split(self, replicas: int = 1) -> None:
+    """One-line ValueError unless the train and eval batches split over ``replicas`` and the
+    train batch over ``replicas`` x ``gradient_accumulation_steps`` micro-batches."""
+    for name in ("train_batch_size", "eval_batch_size"):
+      if getattr(self, name) % replicas:
+        raise ValueError(f"{name} {getattr(self, name)} is not divisible by the {replicas} "
+                         "replicas of the distribution strategy")
     k = self.gradient_accumulation_steps
-    if k < 1 or self.train_batch_size % k:
-      raise ValueError(f"train_batch_size {self.train_batch_size} is not divisible by "
-                       f"gradient_accumulation_steps {k} (need a positive divisor)")
+    if k < 1 or self.train_batch_size % (replicas * k):
+      by = (f"gradient_accumulation_steps {k} (need a positive divisor)" if replicas == 1
+            else f"{replicas} replicas x gradient_accumulation_steps {k}")
+      raise ValueError(f"train_batch_size {self.train_batch_size} is not divisible by {by}")
 
   def _check_model_size(self) -> None:
     if self.model_size not in MODEL_SIZES:

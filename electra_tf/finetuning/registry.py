@@ -15,7 +15,7 @@ from typing import Any
 
 from electra_tf.finetuning import classification, qa, tagging, user_spec, user_tasks
 from electra_tf.finetuning.task import Task
-from electra_tf.finetuning.wordpiece import FullTokenizer
+from electra_tf.tokenization import FullTokenizer
 
 TASK_CLASSES: dict[str, type[Task]] = {
     "cola": classification.CoLA,

@@ -268,15 +268,8 @@ def build_run(config: Any, strategy: tf.distribute.Strategy | None = None,
   """
   check_inputs(config)
   strategy = strategy or training.get_strategy("one_device")
-  replicas = strategy.num_replicas_in_sync
-  for name in ("train_batch_size", "eval_batch_size"):
-    if getattr(config, name) % replicas:
-      raise ValueError(f"{name} {getattr(config, name)} is not divisible by the {replicas} "
-                       "replicas of the distribution strategy")
+  config.check_batch_split(strategy.num_replicas_in_sync)
   k = config.gradient_accumulation_steps
-  if config.train_batch_size % (replicas * k):
-    raise ValueError(f"train_batch_size {config.train_batch_size} is not divisible by "
-                     f"{replicas} replicas x gradient_accumulation_steps {k}")
   seed = config.seed
   if seed is None:
     seed = random.SystemRandom().randrange(2**31)
