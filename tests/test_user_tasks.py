@@ -8,7 +8,7 @@ import pytest
 from helpers import user_data
 
 from electra_tf.finetuning import features, registry, user_metrics
-from electra_tf.finetuning.task import DataError
+from electra_tf.finetuning.task_base import DataError
 
 SEQ = 64
 PAIRS = [("sst", "movie_reviews"), ("mrpc", "paraphrase"), ("sts", "similarity"),

@@ -14,8 +14,8 @@ from typing import Any
 
 from electra_tf.finetuning import scorers
 from electra_tf.finetuning.features import FeatureSpec
-from electra_tf.finetuning.heads import ClassificationHead, RegressionHead
-from electra_tf.finetuning.task import Task, data_error
+from electra_tf.finetuning.task_base import Task, data_error
+from electra_tf.finetuning.task_heads import ClassificationHead, RegressionHead
 
 _DEBUG_MAX_LINES = 100
 

@@ -34,7 +34,7 @@ from typing import Any
 
 import tensorflow as tf
 
-from electra_tf.finetuning import heads as heads_lib
+from electra_tf.finetuning import task_heads as heads_lib
 
 _IDS = tf.TensorSpec([None, None], tf.int32)
 

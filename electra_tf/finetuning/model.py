@@ -28,7 +28,7 @@ import tensorflow as tf
 import tf_keras
 
 from electra_tf import checkpoints
-from electra_tf.finetuning.heads import multitask_loss
+from electra_tf.finetuning.task_heads import multitask_loss
 from electra_tf.modeling.bert_config import BertConfig
 from electra_tf.modeling.dropout import site_seed
 from electra_tf.modeling.encoder import Transformer
@@ -134,7 +134,7 @@ class FinetuningModel(tf_keras.Model):
     Returns:
       ``loss`` [] (official multi-task loss: each example's own task loss, summed),
       ``task_id`` [B], ``sequence_output`` [B, T, H] and, per head run, ``<task>``: its output
-      dict (see ``electra_tf.finetuning.heads``).
+      dict (see ``electra_tf.finetuning.task_heads``).
     """
     seed = seed if training else None
     encoded = self.encoder(features["input_ids"], features["input_mask"],

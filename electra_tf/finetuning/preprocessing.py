@@ -20,7 +20,7 @@ from electra_tf.console import log
 from electra_tf.finetuning import features, tfds_glue
 from electra_tf.finetuning.classification import SingleOutputTask
 from electra_tf.finetuning.qa import QATask
-from electra_tf.finetuning.task import DataError
+from electra_tf.finetuning.task_base import DataError
 
 CACHE_FORMAT = 1  # bump when the record layout changes
 # task attributes that change the features a task makes from the same examples

@@ -22,13 +22,13 @@ from typing import Any
 
 from electra_tf.finetuning import scorers
 from electra_tf.finetuning.features import FeatureSpec
-from electra_tf.finetuning.heads import SpanQAHead
 from electra_tf.finetuning.qa_decoding import (  # noqa: F401  (re-exported)
-    SpanQAScorer,
-    decode_predictions,
-    get_final_text,
+  SpanQAScorer,
+  decode_predictions,
+  get_final_text,
 )
-from electra_tf.finetuning.task import Task, data_error
+from electra_tf.finetuning.task_base import Task, data_error
+from electra_tf.finetuning.task_heads import SpanQAHead
 
 _LOG = logging.getLogger(__name__)
 _DEBUG_MAX_MRQA_LINES = 10

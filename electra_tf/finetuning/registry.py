@@ -14,7 +14,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from electra_tf.finetuning import classification, qa, tagging, user_spec, user_tasks
-from electra_tf.finetuning.task import Task
+from electra_tf.finetuning.task_base import Task
 from electra_tf.tokenization import FullTokenizer
 
 TASK_CLASSES: dict[str, type[Task]] = {

@@ -17,7 +17,7 @@ import os
 from collections.abc import Mapping
 from typing import Any
 
-from electra_tf.finetuning.task import data_error
+from electra_tf.finetuning.task_base import data_error
 from electra_tf.finetuning.user_spec import Column
 
 TABLE_EXTENSIONS = (".csv", ".tsv", ".jsonl")

@@ -26,7 +26,7 @@ import json
 import os
 from typing import Any
 
-from electra_tf.finetuning.task import data_error
+from electra_tf.finetuning.task_base import data_error
 
 TASK_FILE = "task.json"
 TYPES = ("classification", "regression", "tagging")

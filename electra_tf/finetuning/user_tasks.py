@@ -17,7 +17,7 @@ from electra_tf.console import log
 from electra_tf.finetuning import user_metrics, user_predictions
 from electra_tf.finetuning.classification import ClassificationTask, InputExample, RegressionTask
 from electra_tf.finetuning.tagging import TaggingExample, TaggingTask
-from electra_tf.finetuning.task import data_error
+from electra_tf.finetuning.task_base import data_error
 from electra_tf.finetuning.user_data import (
     TABLE_EXTENSIONS,
     TAGGING_EXTENSIONS,

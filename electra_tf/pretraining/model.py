@@ -28,7 +28,7 @@ from electra_tf.modeling.heads import DiscriminatorHead, MaskedLMHead
 from electra_tf.modeling.layers import serializable
 from electra_tf.pretraining import masking
 from electra_tf.pretraining import objective as objective_lib
-from electra_tf.pretraining import parts as parts_lib
+from electra_tf.pretraining import part_configs as parts_lib
 from electra_tf.pretraining.objective import (
   DISCRIMINATOR_TOWER,
   ELECTRIC,
