@@ -17,17 +17,18 @@ import collections
 import dataclasses
 import json
 import logging
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from typing import Any
 
 from electra_tf.finetuning import scorers
 from electra_tf.finetuning.features import FeatureSpec
-from electra_tf.finetuning.qa_decoding import (  # noqa: F401  (re-exported)
+from electra_tf.finetuning.qa_decoding import (  # noqa: F401  (get_final_text re-exported)
+  DecodeOptions,
+  Question,
   SpanQAScorer,
-  decode_predictions,
   get_final_text,
 )
-from electra_tf.finetuning.task_base import Task, data_error
+from electra_tf.finetuning.task_base import BuiltInTask, Task, data_error
 from electra_tf.finetuning.task_heads import SpanQAHead
 
 _LOG = logging.getLogger(__name__)
@@ -116,17 +117,21 @@ def is_max_context(spans: Sequence[DocSpan], cur_span_index: int, position: int)
 
 
 class QATask(Task):
-  """Span-extraction QA task; ``v2`` questions may be unanswerable (SQuAD 2.0)."""
+  """Span-extraction QA task; ``v2`` questions may be unanswerable (SQuAD 2.0; default: the
+  class's ``v2``)."""
+
+  v2: bool = False
 
   def __init__(self, name: str, raw_data_dir: str, tokenizer: Any, max_seq_length: int,
-               task_id: int = 0, debug: bool = False, v2: bool = False,
+               task_id: int = 0, debug: bool = False, v2: bool | None = None,
                max_query_length: int = 64, doc_stride: int = 128, beam_size: int = 20,
                joint_prediction: bool = True, answerable_classifier: bool = True,
                answerable_uses_start_logits: bool = True, answerable_weight: float = 0.5,
                n_best_size: int = 20, max_answer_length: int = 30,
                qa_na_threshold: float = -2.75):
     super().__init__(name, raw_data_dir, tokenizer, max_seq_length, task_id, debug)
-    self.v2 = v2
+    if v2 is not None:
+      self.v2 = v2
     self.max_query_length = max_query_length
     self.doc_stride = doc_stride
     self.beam_size = beam_size
@@ -296,9 +301,23 @@ class QATask(Task):
                       answerable_uses_start_logits=self.answerable_uses_start_logits,
                       answerable_weight=self.answerable_weight)
 
+  def decode_options(self) -> DecodeOptions:
+    return DecodeOptions(self.name, self.v2, self.joint_prediction, self.answerable_classifier,
+                         self.n_best_size, self.max_answer_length,
+                         self.tokenizer.basic_tokenizer)
+
+  def questions(self, split: str) -> Iterator[Question]:
+    """``split``'s questions with their eval windows, featurized one question at a time."""
+    for example in self.get_examples(split):
+      qid = example.qas_id if "squad" in self.name else example.qid
+      yield Question(qid, example.doc_tokens, self.featurize(example, False, for_eval=True))
+
   def get_scorer(self, split: str = "dev", preds_path: str | None = None,
                  na_path: str | None = None) -> SpanQAScorer:
-    return SpanQAScorer(self, split, preds_path, na_path)
+    return SpanQAScorer(lambda: self.questions(split),
+                        lambda predictions, null_scores: self.evaluate(split, predictions,
+                                                                       null_scores),
+                        self.decode_options(), preds_path, na_path)
 
   def evaluate(self, split: str, predictions: Mapping[str, str],
                na_scores: Mapping[str, float]) -> dict[str, float]:
@@ -364,36 +383,26 @@ class MRQATask(QATask):
     return scorers.mrqa_evaluate(answers, predictions, skip_no_answer=True)
 
 
-class SQuAD(SQuADTask):
-  def __init__(self, raw_data_dir, tokenizer, max_seq_length, task_id=0, debug=False, **kwargs):
-    super().__init__("squad", raw_data_dir, tokenizer, max_seq_length, task_id, debug, v2=True,
-                     **kwargs)
+class SQuAD(BuiltInTask, SQuADTask):
+  task_name = "squad"
+  v2 = True
 
 
-class SQuADv1(SQuADTask):
-  def __init__(self, raw_data_dir, tokenizer, max_seq_length, task_id=0, debug=False, **kwargs):
-    super().__init__("squadv1", raw_data_dir, tokenizer, max_seq_length, task_id, debug,
-                     v2=False, **kwargs)
+class SQuADv1(BuiltInTask, SQuADTask):
+  task_name = "squadv1"
 
 
-class NewsQA(MRQATask):
-  def __init__(self, raw_data_dir, tokenizer, max_seq_length, task_id=0, debug=False, **kwargs):
-    super().__init__("newsqa", raw_data_dir, tokenizer, max_seq_length, task_id, debug, **kwargs)
+class NewsQA(BuiltInTask, MRQATask):
+  task_name = "newsqa"
 
 
-class NaturalQuestions(MRQATask):
-  def __init__(self, raw_data_dir, tokenizer, max_seq_length, task_id=0, debug=False, **kwargs):
-    super().__init__("naturalqs", raw_data_dir, tokenizer, max_seq_length, task_id, debug,
-                     **kwargs)
+class NaturalQuestions(BuiltInTask, MRQATask):
+  task_name = "naturalqs"
 
 
-class TriviaQA(MRQATask):
-  def __init__(self, raw_data_dir, tokenizer, max_seq_length, task_id=0, debug=False, **kwargs):
-    super().__init__("triviaqa", raw_data_dir, tokenizer, max_seq_length, task_id, debug,
-                     **kwargs)
+class TriviaQA(BuiltInTask, MRQATask):
+  task_name = "triviaqa"
 
 
-class SearchQA(MRQATask):
-  def __init__(self, raw_data_dir, tokenizer, max_seq_length, task_id=0, debug=False, **kwargs):
-    super().__init__("searchqa", raw_data_dir, tokenizer, max_seq_length, task_id, debug,
-                     **kwargs)
+class SearchQA(BuiltInTask, MRQATask):
+  task_name = "searchqa"

@@ -1,23 +1,46 @@
 """Extractive QA decoding and scoring (official ``qa_metrics``).
 
 Turns the span head's per-window outputs into answers: the n-best search over every window of
-every example, the projection of the word-piece answer back onto the original text, and the
-scorer that writes the predictions and runs the task's official evaluation.
+every question, the projection of the word-piece answer back onto the original text, and the
+scorer that writes the predictions and runs the task's official evaluation. It takes the
+questions with their featurized windows and the task's settings as plain values
+(``Question``, ``DecodeOptions``), so it does not know the task classes of ``qa.py``.
 """
 
 from __future__ import annotations
 
 import collections
+import dataclasses
 import json
-from collections.abc import Mapping, Sequence
-from typing import TYPE_CHECKING, Any
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from typing import Any, NamedTuple
 
 import numpy as np
 
 from electra_tf.finetuning import scorers
 
-if TYPE_CHECKING:  # qa.py imports this module: no runtime import back
-  from electra_tf.finetuning.qa import QAExample, QATask
+
+@dataclasses.dataclass(frozen=True)
+class DecodeOptions:
+  """The task settings the answer search reads (a ``QATask``'s, see ``QATask.decode_options``)."""
+
+  name: str  # the task name, prefix of the window features' keys
+  v2: bool  # questions may be unanswerable: null scores are computed
+  joint_prediction: bool  # the head's beam gives start / end candidates jointly
+  answerable_classifier: bool
+  n_best_size: int
+  max_answer_length: int
+  basic_tokenizer: Any  # the task tokenizer's, for ``get_final_text``
+
+
+class Question(NamedTuple):
+  """One question to answer: its id, the context words and its eval windows' feature dicts
+  (``QATask.featurize(example, for_eval=True)``)."""
+
+  qid: str
+  doc_tokens: Sequence[str]
+  windows: Sequence[Mapping[str, Any]]
+
 
 def get_final_text(pred_text: str, orig_text: str, basic_tokenizer: Any) -> str:
   """Projects the normalized word-piece answer back onto the original words' characters.
@@ -69,10 +92,10 @@ _Prelim = collections.namedtuple(
 _NBest = collections.namedtuple("NBest", ["text", "start_logit", "end_logit"])
 
 
-def decode_predictions(task: QATask, examples: Sequence[QAExample],
-                       results_by_eid: Mapping[int, Mapping[str, Any]]
+def decode_predictions(questions: Iterable[Question],
+                       results_by_eid: Mapping[int, Mapping[str, Any]], task: DecodeOptions
                        ) -> tuple[dict[str, str], dict[str, list[dict]], dict[str, float]]:
-  """Official n-best answer search over every window of every example.
+  """Official n-best answer search over every window of every question.
 
   Returns ``(predictions, nbest, null_scores)`` keyed by question id (``qas_id`` for SQuAD,
   ``qid`` for MRQA). ``null_scores`` (v2 only) is the min over windows of the answerable logit
@@ -84,9 +107,8 @@ def decode_predictions(task: QATask, examples: Sequence[QAExample],
   predictions: dict[str, str] = {}
   all_nbest: dict[str, list[dict]] = {}
   null_scores: dict[str, float] = {}
-  for example in examples:
-    example_id = example.qas_id if "squad" in n else example.qid
-    features = task.featurize(example, False, for_eval=True)
+  for question in questions:
+    example_id, features = question.qid, question.windows
     prelim = []
     score_null = 1000000.0
     for feature_index, feature in enumerate(features):
@@ -137,8 +159,8 @@ def decode_predictions(task: QATask, examples: Sequence[QAExample],
       tok_text = " ".join(tok_text.replace(" ##", "").replace("##", "").strip().split())
       orig_start = feature[n + "_token_to_orig_map"][pred.start_index]
       orig_end = feature[n + "_token_to_orig_map"][pred.end_index]
-      orig_text = " ".join(example.doc_tokens[orig_start:orig_end + 1])
-      final_text = get_final_text(tok_text, orig_text, task.tokenizer.basic_tokenizer)
+      orig_text = " ".join(question.doc_tokens[orig_start:orig_end + 1])
+      final_text = get_final_text(tok_text, orig_text, task.basic_tokenizer)
       if final_text in seen:
         continue
       seen.add(final_text)
@@ -167,15 +189,20 @@ def decode_predictions(task: QATask, examples: Sequence[QAExample],
 class SpanQAScorer(scorers.Scorer):
   """Collects per-feature head outputs, decodes answers and runs the official evaluation.
 
-  ``preds_path`` / ``na_path``: where to also write the predictions and (v2) null scores as
-  JSON (the official ``qa_preds_file`` / ``qa_na_file``).
+  ``questions_fn()``: the split's questions (``Question``); ``evaluate_fn(predictions,
+  null_scores)``: the task's official metrics. ``preds_path`` / ``na_path``: where to also
+  write the predictions and (v2) null scores as JSON (the official ``qa_preds_file`` /
+  ``qa_na_file``).
   """
 
-  def __init__(self, task: QATask, split: str = "dev", preds_path: str | None = None,
+  def __init__(self, questions_fn: Callable[[], Iterable[Question]],
+               evaluate_fn: Callable[[dict[str, str], dict[str, float]], Mapping[str, float]],
+               options: DecodeOptions, preds_path: str | None = None,
                na_path: str | None = None):
     super().__init__()
-    self._task = task
-    self._split = split
+    self._questions_fn = questions_fn
+    self._evaluate_fn = evaluate_fn
+    self._options = options
     self._preds_path = preds_path
     self._na_path = na_path
     self._results: dict[int, dict[str, Any]] = {}
@@ -192,17 +219,17 @@ class SpanQAScorer(scorers.Scorer):
     return self._total_loss / max(1, self._n)
 
   def write_predictions(self) -> tuple[dict[str, str], dict[str, float]]:
-    examples = self._task.get_examples(self._split)
-    predictions, _, null_scores = decode_predictions(self._task, examples, self._results)
+    predictions, _, null_scores = decode_predictions(self._questions_fn(), self._results,
+                                                     self._options)
     if self._preds_path:
       with open(self._preds_path, "w") as f:
         json.dump(predictions, f)
-    if self._task.v2 and self._na_path:
+    if self._options.v2 and self._na_path:
       with open(self._na_path, "w") as f:
         json.dump({k: float(v) for k, v in null_scores.items()}, f)
     return predictions, null_scores
 
   def _get_results(self):
     predictions, null_scores = self.write_predictions()
-    metrics = self._task.evaluate(self._split, predictions, null_scores)
+    metrics = self._evaluate_fn(predictions, null_scores)
     return sorted(metrics.items())

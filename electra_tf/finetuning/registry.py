@@ -1,6 +1,6 @@
 """Fine-tuning tasks by official name (``task_builder``), with their raw data under
 ``<data_dir>/finetuning_data/<task>/``; any other name whose folder holds a ``task.json`` is a
-user task (``user_tasks``).
+user task (``user/tasks.py``).
 
 ``get_tasks(task_names, tokenizer, data_dir, max_seq_length, **options)`` builds every task of a
 run; ``options`` are plain values named as in the official ``FinetuningConfig`` (each task
@@ -13,8 +13,10 @@ import os
 from collections.abc import Sequence
 from typing import Any
 
-from electra_tf.finetuning import classification, qa, tagging, user_spec, user_tasks
+from electra_tf.finetuning import classification, qa, tagging
 from electra_tf.finetuning.task_base import Task
+from electra_tf.finetuning.user import spec as user_spec
+from electra_tf.finetuning.user import tasks as user_tasks
 from electra_tf.tokenization import FullTokenizer
 
 TASK_CLASSES: dict[str, type[Task]] = {

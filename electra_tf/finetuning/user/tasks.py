@@ -1,4 +1,4 @@
-"""Tasks described by a ``task.json`` (``user_spec``) instead of code.
+"""Tasks described by a ``task.json`` (``spec``) instead of code.
 
 They are subclasses of the built-in task classes and only change where examples come from:
 a user classification task is featurized, headed and exported exactly as ``sst`` / ``mrpc``,
@@ -14,21 +14,22 @@ import os
 from typing import Any
 
 from electra_tf.console import log
-from electra_tf.finetuning import user_metrics, user_predictions
 from electra_tf.finetuning.classification import ClassificationTask, InputExample, RegressionTask
 from electra_tf.finetuning.tagging import TaggingExample, TaggingTask
 from electra_tf.finetuning.task_base import data_error
-from electra_tf.finetuning.user_data import (
-    TABLE_EXTENSIONS,
-    TAGGING_EXTENSIONS,
-    Record,
-    TaggedSentence,
-    find_split,
-    read_conll,
-    read_records,
-    read_tagged_jsonl,
+from electra_tf.finetuning.user import predictions as user_predictions
+from electra_tf.finetuning.user import scoring
+from electra_tf.finetuning.user.records import (
+  TABLE_EXTENSIONS,
+  TAGGING_EXTENSIONS,
+  Record,
+  TaggedSentence,
+  find_split,
+  read_conll,
+  read_records,
+  read_tagged_jsonl,
 )
-from electra_tf.finetuning.user_spec import TaskSpec, label_key, load_spec
+from electra_tf.finetuning.user.spec import TaskSpec, label_key, load_spec
 
 _DEBUG_MAX_ROWS = 100
 _SPAN_PREFIXES = ("B-", "I-", "E-", "S-")
@@ -117,11 +118,14 @@ class _UserSentenceTask:
                else self.check_label(r.values["label"], path, r.line))
       examples.append(InputExample(i, self.name, r.values["text_a"], r.values.get("text_b"),
                                    label, f"{path}:{r.line}"))
-    if self.spec.symmetric and self.double_unordered and split == "train":
+    if self.swap_copy(split):
       examples += [InputExample(len(records) + e.eid, self.name, e.text_b, e.text_a, e.label,
                                 e.source) for e in examples]
     self._counter.start(self.name, split, len(examples), self.max_seq_length)
     return examples
+
+  def swap_copy(self, split: str) -> bool:
+    return self.spec.symmetric and self.double_unordered and split == "train"
 
   def note_length(self, n_tokens: int) -> None:
     self._counter.add(n_tokens > self.max_seq_length)
@@ -183,8 +187,8 @@ class UserClassificationTask(_UserSentenceTask, ClassificationTask):
       return self.spec.metrics
     return ("accuracy", "macro_f1") + (("mcc",) if len(self.label_list) == 2 else ())
 
-  def get_scorer(self, split: str = "dev") -> user_metrics.ClassificationScorer:
-    return user_metrics.ClassificationScorer(self.metrics())
+  def get_scorer(self, split: str = "dev") -> scoring.ClassificationScorer:
+    return scoring.ClassificationScorer(self.metrics())
 
   def prediction_value(self, outputs: dict) -> Any:
     return self.label_values[int(outputs["logits"].argmax())]
@@ -238,8 +242,8 @@ class UserRegressionTask(_UserSentenceTask, RegressionTask):
       return super().check_label(self._parse(label, path, line_num), path, line_num)
     return self._parse(label, path, line_num)
 
-  def get_scorer(self, split: str = "dev") -> user_metrics.RegressionScorer:
-    return user_metrics.RegressionScorer(self.spec.metrics or ("pearson", "spearman"))
+  def get_scorer(self, split: str = "dev") -> scoring.RegressionScorer:
+    return scoring.RegressionScorer(self.spec.metrics or ("pearson", "spearman"))
 
   def prediction_value(self, outputs: dict) -> float:
     return round(float(outputs["predictions"]) * self.max_value + self.min_value, 6)
@@ -309,9 +313,9 @@ class UserTaggingTask(TaggingTask):
     self._counter.add(n_tagged < len(example.words))
     return features
 
-  def get_scorer(self, split: str = "dev") -> user_metrics.TaggingScorer:
+  def get_scorer(self, split: str = "dev") -> scoring.TaggingScorer:
     default = ("precision", "recall", "f1") if self.spec.spans else ("accuracy",)
-    return user_metrics.TaggingScorer(self.label_mapping, self.spec.metrics or default)
+    return scoring.TaggingScorer(self.label_mapping, self.spec.metrics or default)
 
   def write_predictions(self, predictions: Any, out_dir: str) -> str:
     """Writes ``<out_dir>/<name>_predictions.{tsv,jsonl}`` for the test split: CoNLL-style
