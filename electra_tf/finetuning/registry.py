@@ -13,6 +13,7 @@ import os
 from collections.abc import Sequence
 from typing import Any
 
+from electra_tf.config import FinetuningConfig
 from electra_tf.finetuning import classification, qa, tagging
 from electra_tf.finetuning.task_base import Task
 from electra_tf.finetuning.user import spec as user_spec
@@ -115,7 +116,7 @@ def _tfds_glue_names():
   return tfds_glue.TFDS_GLUE
 
 
-def build_tasks(config: Any, use_tfds: bool = False) -> list[Any]:
+def build_tasks(config: FinetuningConfig, use_tfds: bool = False) -> list[Task]:
   """The run's tasks (official ``task_builder.get_tasks``), raw data in
   ``config.raw_data_dir(task)``; an unknown name or a missing data folder is a one-line error."""
   for name in config.task_names:

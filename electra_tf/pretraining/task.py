@@ -21,6 +21,7 @@ from typing import Any
 import tensorflow as tf
 
 from electra_tf import checkpoints, model_source, tokenization, training
+from electra_tf.config import PretrainingConfig
 from electra_tf.console import log
 from electra_tf.optimization import create_optimizer
 from electra_tf.pretraining import data, flops, masking
@@ -35,7 +36,7 @@ from electra_tf.training.accumulation import BATCH_TOTALS
 DRAW_KEYS = ("categorical_positions", "mask_uniform", "gumbel_uniform")
 
 
-def check_inputs(config: Any) -> None:
+def check_inputs(config: PretrainingConfig) -> None:
   """One-line errors for a wrong run setup, before anything is built."""
   if not (config.do_train or config.do_eval):
     raise ValueError("nothing to do: set do_train and/or do_eval")
@@ -147,7 +148,7 @@ def eval_step_fn(model: PretrainingModel, metrics: Sequence[Any]) -> Callable:
   return tf.autograph.experimental.do_not_convert(step)
 
 
-def dataset_fn(config: Any, is_training: bool, seed: int | None,
+def dataset_fn(config: PretrainingConfig, is_training: bool, seed: int | None,
                skip_steps: int = 0) -> Callable:
   """dataset_fn(input_context) for the Trainer: the official input pipeline per replica;
   ``skip_steps`` global batches of the stream are dropped first (a seeded resume)."""
@@ -227,7 +228,8 @@ def checkpoint_step(path: str) -> int | None:
   return 0
 
 
-def consumed_steps(config: Any, start: int, log_fn: Callable[[str], None] = log) -> int:
+def consumed_steps(config: PretrainingConfig, start: int,
+                   log_fn: Callable[[str], None] = log) -> int:
   """Training batches a seeded run already took from its data stream when it (re)starts at
   global step ``start``: ``start`` minus the step it began at (that of ``init_checkpoint``)."""
   if config.seed is None:
@@ -248,7 +250,7 @@ class PretrainingRun:
   """Everything ``build_run`` creates: the model, its optimizer and the Trainer that owns the
   checkpoints of ``config.model_dir``, the streaming metrics, and the seed in use."""
 
-  config: Any
+  config: PretrainingConfig
   model: PretrainingModel
   optimizer: Any
   trainer: training.Trainer
@@ -257,7 +259,7 @@ class PretrainingRun:
   seed: int
 
 
-def build_run(config: Any, strategy: tf.distribute.Strategy | None = None,
+def build_run(config: PretrainingConfig, strategy: tf.distribute.Strategy | None = None,
               jit_compile: bool = False, mixed_precision: str | None = None,
               peak_flops: float | None = None,
               log_fn: Callable[[str], None] = log) -> PretrainingRun:
