@@ -116,6 +116,34 @@ def is_max_context(spans: Sequence[DocSpan], cur_span_index: int, position: int)
   return cur_span_index == best_index
 
 
+def _doc_word_pieces(example: QAExample, tokenizer: Any
+                     ) -> tuple[list[int], list[int], list[str]]:
+  """(word of each piece, first piece of each word, the context's word pieces)."""
+  tok_to_orig_index: list[int] = []
+  orig_to_tok_index: list[int] = []
+  all_doc_tokens: list[str] = []
+  for i, word in enumerate(example.doc_tokens):
+    orig_to_tok_index.append(len(all_doc_tokens))
+    for sub_token in tokenizer.tokenize(word):
+      tok_to_orig_index.append(i)
+      all_doc_tokens.append(sub_token)
+  return tok_to_orig_index, orig_to_tok_index, all_doc_tokens
+
+
+def _answer_pieces(example: QAExample, orig_to_tok_index: Sequence[int],
+                   all_doc_tokens: Sequence[str], tokenizer: Any) -> tuple[int, int]:
+  """The training answer's first and last word piece in the context ((-1, -1): none)."""
+  if example.is_impossible:
+    return -1, -1
+  tok_start = orig_to_tok_index[example.start_position]
+  if example.end_position < len(example.doc_tokens) - 1:
+    tok_end = orig_to_tok_index[example.end_position + 1] - 1
+  else:
+    tok_end = len(all_doc_tokens) - 1
+  return improve_answer_span(all_doc_tokens, tok_start, tok_end, tokenizer,
+                             example.orig_answer_text)
+
+
 class QATask(Task):
   """Span-extraction QA task; ``v2`` questions may be unanswerable (SQuAD 2.0; default: the
   class's ``v2``)."""
@@ -223,27 +251,10 @@ class QATask(Task):
     (``<task>_doc_span_index``, ``_tokens``, ``_token_to_orig_map``, ``_token_is_max_context``)."""
     tok = self.tokenizer
     query_tokens = tok.tokenize(example.question_text)[:self.max_query_length]
-
-    tok_to_orig_index: list[int] = []
-    orig_to_tok_index: list[int] = []
-    all_doc_tokens: list[str] = []
-    for i, word in enumerate(example.doc_tokens):
-      orig_to_tok_index.append(len(all_doc_tokens))
-      for sub_token in tok.tokenize(word):
-        tok_to_orig_index.append(i)
-        all_doc_tokens.append(sub_token)
-
+    tok_to_orig_index, orig_to_tok_index, all_doc_tokens = _doc_word_pieces(example, tok)
     tok_start = tok_end = None
-    if is_training and example.is_impossible:
-      tok_start = tok_end = -1
-    if is_training and not example.is_impossible:
-      tok_start = orig_to_tok_index[example.start_position]
-      if example.end_position < len(example.doc_tokens) - 1:
-        tok_end = orig_to_tok_index[example.end_position + 1] - 1
-      else:
-        tok_end = len(all_doc_tokens) - 1
-      tok_start, tok_end = improve_answer_span(all_doc_tokens, tok_start, tok_end, tok,
-                                               example.orig_answer_text)
+    if is_training:
+      tok_start, tok_end = _answer_pieces(example, orig_to_tok_index, all_doc_tokens, tok)
 
     max_tokens_for_doc = self.max_seq_length - len(query_tokens) - 3
     spans = doc_spans(len(all_doc_tokens), max_tokens_for_doc, self.doc_stride)

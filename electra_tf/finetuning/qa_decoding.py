@@ -92,6 +92,75 @@ _Prelim = collections.namedtuple(
 _NBest = collections.namedtuple("NBest", ["text", "start_logit", "end_logit"])
 
 
+def _window_spans(feature_index: int, window: Mapping[str, Any], result: Mapping[str, Any],
+                  task: DecodeOptions) -> list[_Prelim]:
+  """The valid (start, end) candidates of one window: inside the context, max-context start,
+  end not before start, at most ``max_answer_length`` word pieces."""
+  n = task.name
+  tokens = window[n + "_tokens"]
+  to_orig = window[n + "_token_to_orig_map"]
+  max_context = window[n + "_token_is_max_context"]
+  if task.joint_prediction:
+    start_indexes = result["start_top_index"]
+    end_indexes = result["end_top_index"]
+  else:
+    start_indexes = _best_indexes(result["start_logits"], task.n_best_size)
+    end_indexes = _best_indexes(result["end_logits"], task.n_best_size)
+  prelim = []
+  for i, start_index in enumerate(start_indexes):
+    ends = end_indexes[i] if task.joint_prediction else end_indexes
+    for j, end_index in enumerate(ends):
+      start_index, end_index = int(start_index), int(end_index)
+      if start_index >= len(tokens) or end_index >= len(tokens) or start_index == 0:
+        continue
+      if start_index not in to_orig or end_index not in to_orig:
+        continue
+      if not max_context.get(start_index, False) or end_index < start_index:
+        continue
+      if end_index - start_index + 1 > task.max_answer_length:
+        continue
+      if task.joint_prediction:
+        start_logit = float(result["start_top_log_probs"][i])
+        end_logit = float(result["end_top_log_probs"][i][j])
+      else:
+        start_logit = float(result["start_logits"][start_index])
+        end_logit = float(result["end_logits"][end_index])
+      prelim.append(_Prelim(feature_index, start_index, end_index, start_logit, end_logit))
+  return prelim
+
+
+def _null_score(result: Mapping[str, Any], task: DecodeOptions) -> float:
+  """A window's no-answer score (v2): the answerable logit, else start[0] + end[0]."""
+  if task.answerable_classifier:
+    return float(result["answerable_logit"])
+  return float(result["start_logits"][0] + result["end_logits"][0])
+
+
+def _nbest(question: Question, prelim: list[_Prelim], task: DecodeOptions) -> list[_NBest]:
+  """The best distinct answer texts, projected onto the original words, best first."""
+  n = task.name
+  prelim = sorted(prelim, key=lambda x: x.start_logit + x.end_logit, reverse=True)
+  seen = set()
+  nbest = []
+  for pred in prelim:
+    if len(nbest) >= task.n_best_size:
+      break
+    feature = question.windows[pred.feature_index]
+    tok_text = " ".join(feature[n + "_tokens"][pred.start_index:pred.end_index + 1])
+    tok_text = " ".join(tok_text.replace(" ##", "").replace("##", "").strip().split())
+    orig_start = feature[n + "_token_to_orig_map"][pred.start_index]
+    orig_end = feature[n + "_token_to_orig_map"][pred.end_index]
+    orig_text = " ".join(question.doc_tokens[orig_start:orig_end + 1])
+    final_text = get_final_text(tok_text, orig_text, task.basic_tokenizer)
+    if final_text in seen:
+      continue
+    seen.add(final_text)
+    nbest.append(_NBest(final_text, pred.start_logit, pred.end_logit))
+  if not nbest:  # no valid span at all: official nonce prediction
+    nbest.append(_NBest("empty", 0.0, 0.0))
+  return nbest
+
+
 def decode_predictions(questions: Iterable[Question],
                        results_by_eid: Mapping[int, Mapping[str, Any]], task: DecodeOptions
                        ) -> tuple[dict[str, str], dict[str, list[dict]], dict[str, float]]:
@@ -103,71 +172,19 @@ def decode_predictions(questions: Iterable[Question],
   The prediction is always the best non-null text; the no-answer decision is left to the
   threshold in the v2 evaluation, as official.
   """
-  n = task.name
   predictions: dict[str, str] = {}
   all_nbest: dict[str, list[dict]] = {}
   null_scores: dict[str, float] = {}
   for question in questions:
-    example_id, features = question.qid, question.windows
+    example_id = question.qid
     prelim = []
     score_null = 1000000.0
-    for feature_index, feature in enumerate(features):
-      result = results_by_eid[feature[n + "_eid"]]
-      tokens = feature[n + "_tokens"]
-      to_orig = feature[n + "_token_to_orig_map"]
-      max_context = feature[n + "_token_is_max_context"]
-      if task.joint_prediction:
-        start_indexes = result["start_top_index"]
-        end_indexes = result["end_top_index"]
-      else:
-        start_indexes = _best_indexes(result["start_logits"], task.n_best_size)
-        end_indexes = _best_indexes(result["end_logits"], task.n_best_size)
+    for feature_index, window in enumerate(question.windows):
+      result = results_by_eid[window[task.name + "_eid"]]
       if task.v2:
-        if task.answerable_classifier:
-          null = float(result["answerable_logit"])
-        else:
-          null = float(result["start_logits"][0] + result["end_logits"][0])
-        score_null = min(score_null, null)
-      for i, start_index in enumerate(start_indexes):
-        ends = end_indexes[i] if task.joint_prediction else end_indexes
-        for j, end_index in enumerate(ends):
-          start_index, end_index = int(start_index), int(end_index)
-          if start_index >= len(tokens) or end_index >= len(tokens) or start_index == 0:
-            continue
-          if start_index not in to_orig or end_index not in to_orig:
-            continue
-          if not max_context.get(start_index, False) or end_index < start_index:
-            continue
-          if end_index - start_index + 1 > task.max_answer_length:
-            continue
-          if task.joint_prediction:
-            start_logit = float(result["start_top_log_probs"][i])
-            end_logit = float(result["end_top_log_probs"][i][j])
-          else:
-            start_logit = float(result["start_logits"][start_index])
-            end_logit = float(result["end_logits"][end_index])
-          prelim.append(_Prelim(feature_index, start_index, end_index, start_logit, end_logit))
-    prelim.sort(key=lambda x: x.start_logit + x.end_logit, reverse=True)
-
-    seen = set()
-    nbest = []
-    for pred in prelim:
-      if len(nbest) >= task.n_best_size:
-        break
-      feature = features[pred.feature_index]
-      tok_text = " ".join(feature[n + "_tokens"][pred.start_index:pred.end_index + 1])
-      tok_text = " ".join(tok_text.replace(" ##", "").replace("##", "").strip().split())
-      orig_start = feature[n + "_token_to_orig_map"][pred.start_index]
-      orig_end = feature[n + "_token_to_orig_map"][pred.end_index]
-      orig_text = " ".join(question.doc_tokens[orig_start:orig_end + 1])
-      final_text = get_final_text(tok_text, orig_text, task.basic_tokenizer)
-      if final_text in seen:
-        continue
-      seen.add(final_text)
-      nbest.append(_NBest(final_text, pred.start_logit, pred.end_logit))
-    if not nbest:  # no valid span at all: official nonce prediction
-      nbest.append(_NBest("empty", 0.0, 0.0))
-
+        score_null = min(score_null, _null_score(result, task))
+      prelim += _window_spans(feature_index, window, result, task)
+    nbest = _nbest(question, prelim, task)
     probs = _softmax([e.start_logit + e.end_logit for e in nbest])
     all_nbest[example_id] = [
         {"text": e.text, "probability": float(p), "start_logit": e.start_logit,

@@ -40,12 +40,8 @@ class Task(abc.ABC):
                task_id: int = 0, debug: bool = False):
     if max_seq_length < 3:
       raise ValueError(f"max_seq_length must be >= 3, got {max_seq_length}")
-    self.name = name
-    self.raw_data_dir = raw_data_dir
-    self.tokenizer = tokenizer
-    self.max_seq_length = max_seq_length
-    self.task_id = task_id
-    self.debug = debug
+    self.name, self.raw_data_dir, self.tokenizer = name, raw_data_dir, tokenizer
+    self.max_seq_length, self.task_id, self.debug = max_seq_length, task_id, debug
 
   def split_path(self, split: str, extension: str) -> str:
     """Path of one split's raw file; a missing folder or file is a one-line error."""

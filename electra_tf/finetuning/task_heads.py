@@ -197,12 +197,10 @@ class SpanQAHead(TaskHead):
                answerable_classifier: bool = True, answerable_uses_start_logits: bool = True,
                answerable_weight: float = 0.5, qa_hidden_size: int = 512, **kwargs):
     super().__init__(task_name, **kwargs)
-    self.beam_size = beam_size
-    self.joint_prediction = joint_prediction
+    self.beam_size, self.joint_prediction = beam_size, joint_prediction
     self.answerable_classifier = answerable_classifier
     self.answerable_uses_start_logits = answerable_uses_start_logits
-    self.answerable_weight = answerable_weight
-    self.qa_hidden_size = qa_hidden_size
+    self.answerable_weight, self.qa_hidden_size = answerable_weight, qa_hidden_size
     s = self.sub_scope
     self.start_dense = Dense(1, s(names.DENSE))
     self.qa_hidden = Dense(qa_hidden_size, s(names.QA_HIDDEN)) if joint_prediction else None

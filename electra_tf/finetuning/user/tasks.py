@@ -67,36 +67,55 @@ class _TruncationCounter:
           f"max_seq_length={self.max_seq_length} tokens and were truncated")
 
 
-def _source_files(task: Any, split: str) -> list[str]:
-  """The files ``split``'s features are made from (the cache key): task.json, the split's
-  file, and the train and dev files that labels, tag ids or the target range come from."""
-  files = [os.path.join(task.raw_data_dir, "task.json")]
-  for name in dict.fromkeys([split, "train", "dev"]):
-    path = task.split_file(name, required=False)
-    if path:
-      files.append(path)
-  return files
+class _UserFiles:
+  """The split files of a user task's folder: ``<split>.<one of extensions>``."""
 
-
-class _UserSentenceTask:
-  """Reading and prediction writing shared by user classification and regression tasks
-  (mixed into the built-in ``SingleOutputTask`` subclasses)."""
-
-  spec: TaskSpec
-
-  def _init_user(self, spec: TaskSpec, labels_path: str | None) -> None:
-    self.spec = spec
-    self.labels_path = labels_path
-    self._counter = _TruncationCounter()
+  extensions: tuple[str, ...]
+  raw_data_dir: str
 
   def split_file(self, split: str, required: bool = True) -> str | None:
-    return find_split(self.raw_data_dir, split, TABLE_EXTENSIONS, required)
+    return find_split(self.raw_data_dir, split, self.extensions, required)
 
   def source_files(self, split: str) -> list[str]:
-    return _source_files(self, split)
+    """The files ``split``'s features are made from (the cache key): task.json, the split's
+    file, and the train and dev files that labels, tag ids or the target range come from."""
+    files = [os.path.join(self.raw_data_dir, "task.json")]
+    for name in dict.fromkeys([split, "train", "dev"]):
+      path = self.split_file(name, required=False)
+      if path:
+        files.append(path)
+    return files
 
   def get_test_splits(self) -> list[str]:
     return ["test"] if self.split_file("test", required=False) else []
+
+
+class _UserSentenceTask(_UserFiles):
+  """Reading and prediction writing shared by user classification and regression tasks
+  (mixed into the built-in ``SingleOutputTask`` subclasses)."""
+
+  extensions = TABLE_EXTENSIONS
+  spec: TaskSpec
+
+  def __init__(self, name: str, spec: TaskSpec, raw_data_dir: str, tokenizer: Any,
+               max_seq_length: int, task_id: int = 0, debug: bool = False,
+               double_unordered: bool = True, labels_path: str | None = None):
+    super().__init__(name, raw_data_dir, tokenizer, max_seq_length, task_id, debug,
+                     double_unordered)
+    self.spec = spec
+    self.labels_path = labels_path  # where labels / score range found in train are kept
+    self._counter = _TruncationCounter()
+    self._values: list[Any] | None = None
+
+  def spec_or_train_values(self) -> list[Any]:
+    """The labels (classification) or score range (regression): task.json's, else found in
+    train once (``_values_from_train``) and kept at ``labels_path``."""
+    if self._values is None:
+      given = self._spec_values()
+      self._values = (list(given) if given
+                      else _stored(self.labels_path, self._values_from_train))
+    return self._values
+
 
   def read_split(self, split: str) -> tuple[str, list[Record]]:
     """(file, rows) of one split; test rows need no label (it is ignored)."""
@@ -144,26 +163,19 @@ class _UserSentenceTask:
 class UserClassificationTask(_UserSentenceTask, ClassificationTask):
   """Single texts or text pairs with one label each (the ``sst`` / ``mrpc`` code)."""
 
-  def __init__(self, name: str, spec: TaskSpec, raw_data_dir: str, tokenizer: Any,
-               max_seq_length: int, task_id: int = 0, debug: bool = False,
-               double_unordered: bool = True, labels_path: str | None = None):
-    ClassificationTask.__init__(self, name, raw_data_dir, tokenizer, max_seq_length, task_id,
-                                debug, double_unordered)
-    self._init_user(spec, labels_path)
-    self._labels: list[Any] | None = list(spec.labels) if spec.labels else None
+  def _spec_values(self) -> tuple[Any, ...] | None:
+    return self.spec.labels
 
   @property
   def label_values(self) -> list[Any]:
     """The labels as written in the files / task.json, in label-id order."""
-    if self._labels is None:
-      self._labels = _stored(self.labels_path, self._labels_from_train)
-    return self._labels
+    return self.spec_or_train_values()
 
   @property
   def label_list(self) -> tuple[str, ...]:  # the built-in attribute, from the spec or train
     return tuple(label_key(v) for v in self.label_values)
 
-  def _labels_from_train(self) -> list[Any]:
+  def _values_from_train(self) -> list[Any]:
     path, records = self.read_split("train")
     seen: dict[str, Any] = {}
     for r in records:
@@ -197,19 +209,12 @@ class UserClassificationTask(_UserSentenceTask, ClassificationTask):
 class UserRegressionTask(_UserSentenceTask, RegressionTask):
   """Single texts or text pairs with a real-valued score (the ``sts`` code)."""
 
-  def __init__(self, name: str, spec: TaskSpec, raw_data_dir: str, tokenizer: Any,
-               max_seq_length: int, task_id: int = 0, debug: bool = False,
-               double_unordered: bool = True, labels_path: str | None = None):
-    RegressionTask.__init__(self, name, raw_data_dir, tokenizer, max_seq_length, task_id,
-                            debug, double_unordered)
-    self._init_user(spec, labels_path)
-    self._range: list[float] | None = list(spec.range) if spec.range else None
+  def _spec_values(self) -> tuple[float, float] | None:
+    return self.spec.range
 
   @property
   def score_range(self) -> list[float]:
-    if self._range is None:
-      self._range = _stored(self.labels_path, self._range_from_train)
-    return self._range
+    return self.spec_or_train_values()
 
   @property
   def min_value(self) -> float:  # the built-in attributes, from the spec or train
@@ -219,7 +224,7 @@ class UserRegressionTask(_UserSentenceTask, RegressionTask):
   def max_value(self) -> float:
     return self.score_range[1]
 
-  def _range_from_train(self) -> list[float]:
+  def _values_from_train(self) -> list[float]:
     path, records = self.read_split("train")
     scores = [self._parse(r.values["label"], path, r.line) for r in records]
     low, high = min(scores), max(scores)
@@ -249,9 +254,11 @@ class UserRegressionTask(_UserSentenceTask, RegressionTask):
     return round(float(outputs["predictions"]) * self.max_value + self.min_value, 6)
 
 
-class UserTaggingTask(TaggingTask):
+class UserTaggingTask(_UserFiles, TaggingTask):
   """Word tagging from CoNLL or JSONL files (the ``chunk`` code). Span tags (BIO, IOB2,
   IOBES) are trained as BIOES; the label mapping is the sorted tags of train and dev."""
+
+  extensions = TAGGING_EXTENSIONS
 
   def __init__(self, name: str, spec: TaskSpec, raw_data_dir: str, tokenizer: Any,
                max_seq_length: int, task_id: int = 0, debug: bool = False,
@@ -261,14 +268,6 @@ class UserTaggingTask(TaggingTask):
     self.spec = spec
     self._counter = _TruncationCounter()
 
-  def split_file(self, split: str, required: bool = True) -> str | None:
-    return find_split(self.raw_data_dir, split, TAGGING_EXTENSIONS, required)
-
-  def source_files(self, split: str) -> list[str]:
-    return _source_files(self, split)
-
-  def get_test_splits(self) -> list[str]:
-    return ["test"] if self.split_file("test", required=False) else []
 
   def label_splits(self) -> list[str]:
     return ["train", "dev"]
