@@ -22,8 +22,8 @@ official code, the tanh approximation in tf-models' "gelu"), one device, float32
 All variants run on the same fixed batch of real WordPiece ids (from wikitext-2). After one
 untimed two-step warm-up call each (tracing, grappler / XLA compilation), repetitions are
 interleaved (ours, ours_xla, ours_bf16, tfm, ours, ...) and each reports the median examples/s
-over its repetitions, and its model FLOPs utilisation (``electra_tf.flops`` train FLOPs per
-example times examples/s, over the measured peak: the fastest of ten 2048^3 matmuls in the
+over its repetitions, and its model FLOPs utilisation (``electra_tf.pretraining.flops`` train
+FLOPs per example times examples/s, over the measured peak: the fastest of ten 2048^3 matmuls in the
 variant's precision). Then (``--memory``, the default) each variant runs alone in a fresh
 process of this script and its peak resident memory (``ru_maxrss``) is printed. The last line
 is ours / tfm.
@@ -57,10 +57,10 @@ from official.modeling.optimization import legacy_adamw, lr_schedule  # noqa: E4
 from official.nlp.modeling import models, networks  # noqa: E402
 from timing import Runner  # noqa: E402
 
-from electra_tf import flops, tokenization, training  # noqa: E402
+from electra_tf import tokenization, training  # noqa: E402
 from electra_tf.config import PretrainingConfig  # noqa: E402
 from electra_tf.optimization import create_optimizer  # noqa: E402
-from electra_tf.pretraining import masking, task  # noqa: E402
+from electra_tf.pretraining import flops, masking, task  # noqa: E402
 from electra_tf.pretraining.builder import build_pretraining_model  # noqa: E402
 from electra_tf.training import accumulation, hardware  # noqa: E402
 
@@ -296,7 +296,8 @@ def main(argv) -> None:
     for runner in runners:
       runner.timed(FLAGS.steps)
   medians = {r.name: statistics.median(r.rates) for r in runners}
-  # MFU: the model's train FLOPs (electra_tf.flops, the same for every variant: same shapes)
+  # MFU: the model's train FLOPs (electra_tf.pretraining.flops, the same for every variant: same
+  # shapes)
   # over this CPU's estimated peak for the variant's precision (electra_tf.training.hardware).
   per_example = flops.train_flops_per_example(
       build_pretraining_model(pretraining_config(FLAGS.batch_size, FLAGS.seq_length),

@@ -33,18 +33,65 @@ DEBUG_BERT_SIZES: dict[str, int] = {
 }
 
 
+# Official presets, as {hparam: value} tables applied in the order each config's __init__ says.
+_PRETRAINING_DEBUG = {"train_batch_size": 8, "num_train_steps": 20, "eval_batch_size": 4,
+                      "iterations_per_loop": 1, "num_eval_steps": 2}
+_FINETUNING_SIZES: dict[str, dict[str, Any]] = {
+  "large": {"learning_rate": 5e-5, "layerwise_lr_decay": 0.9},
+  "small": {"embedding_size": 128},
+}
+_FINETUNING_DEBUG = {"save_checkpoints_steps": 1000000, "use_tfrecords_if_existing": False,
+                     "num_trials": 1, "iterations_per_loop": 1, "train_batch_size": 32,
+                     "num_train_epochs": 3.0, "log_examples": True}
+
+
+def _single_task_preset(task: str) -> dict[str, Any]:
+  """Official ``configure_finetuning`` values for a run of this one task."""
+  if task in ("rte", "sts"):
+    return {"num_train_epochs": 10.0}
+  if "squad" in task or "qa" in task:
+    # (the official also sets write_distill_outputs = False; nothing reads it)
+    return {"max_seq_length": 512, "num_train_epochs": 2.0, "write_test_outputs": False}
+  if task == "chunk":
+    return {"max_seq_length": 256}
+  return {"num_train_epochs": 3.0}
+
+
+@dataclasses.dataclass(init=False, eq=False)
 class _HParams(HParams):
-  """The checks both official configs share."""
+  """The hparams and checks both official configs share."""
+
+  # TPU settings (accepted for --hparams compatibility)
+  use_tpu: bool = False
+  num_tpu_cores: int = 1
+  tpu_job_name: str | None = None
+  tpu_name: str | None = None
+  tpu_zone: str | None = None
+  gcp_project: str | None = None
+
+  def _apply(self, preset: dict[str, Any]) -> None:
+    for key, value in preset.items():
+      setattr(self, key, value)
 
   def _check_update_settings(self) -> None:
     """optimizer name; the update's batch must split into gradient_accumulation_steps."""
     if self.optimizer not in OPTIMIZERS:
       raise ValueError(f"Unknown optimizer {self.optimizer!r}; expected one of "
                        f"{', '.join(OPTIMIZERS)}")
+    self.check_batch_split()
+
+  def check_batch_split(self, replicas: int = 1) -> None:
+    """One-line ValueError unless the train and eval batches split over ``replicas`` and the
+    train batch over ``replicas`` x ``gradient_accumulation_steps`` micro-batches."""
+    for name in ("train_batch_size", "eval_batch_size"):
+      if getattr(self, name) % replicas:
+        raise ValueError(f"{name} {getattr(self, name)} is not divisible by the {replicas} "
+                         "replicas of the distribution strategy")
     k = self.gradient_accumulation_steps
-    if k < 1 or self.train_batch_size % k:
-      raise ValueError(f"train_batch_size {self.train_batch_size} is not divisible by "
-                       f"gradient_accumulation_steps {k} (need a positive divisor)")
+    if k < 1 or self.train_batch_size % (replicas * k):
+      by = (f"gradient_accumulation_steps {k} (need a positive divisor)" if replicas == 1
+            else f"{replicas} replicas x gradient_accumulation_steps {k}")
+      raise ValueError(f"train_batch_size {self.train_batch_size} is not divisible by {by}")
 
   def _check_model_size(self) -> None:
     if self.model_size not in MODEL_SIZES:
@@ -112,13 +159,6 @@ class PretrainingConfig(_HParams):
   max_seq_length: int = 128
   train_batch_size: int = 128
   eval_batch_size: int = 128
-  # TPU settings (accepted for --hparams compatibility)
-  use_tpu: bool = False
-  num_tpu_cores: int = 1
-  tpu_job_name: str | None = None
-  tpu_name: str | None = None
-  tpu_zone: str | None = None
-  gcp_project: str | None = None
   # locations, by default under data_dir
   pretrain_tfrecords: str = ""  # glob or comma-separated files
   vocab_file: str = ""
@@ -146,11 +186,7 @@ class PretrainingConfig(_HParams):
 
     self.max_predictions_per_seq = int((self.mask_prob + 0.005) * self.max_seq_length)
     if self.debug:
-      self.train_batch_size = 8
-      self.num_train_steps = 20
-      self.eval_batch_size = 4
-      self.iterations_per_loop = 1
-      self.num_eval_steps = 2
+      self._apply(_PRETRAINING_DEBUG)
     # The official code sets only the small preset; its base/large values are a comment there
     # (they are in configs/electra_{base,large}.json here).
     if self.model_size == "small":
@@ -228,13 +264,6 @@ class FinetuningConfig(_HParams):
   joint_prediction: bool = True  # predict start and end jointly
   beam_size: int = 20
   qa_na_threshold: float = -2.75  # "no answer" threshold for SQuAD 2.0 test outputs
-  # TPU settings (accepted for --hparams compatibility)
-  use_tpu: bool = False
-  num_tpu_cores: int = 1
-  tpu_job_name: str | None = None
-  tpu_name: str | None = None
-  tpu_zone: str | None = None
-  gcp_project: str | None = None
   # locations, by default under data_dir (templates are methods, see the class docstring)
   data_dir: str = ""
   vocab_file: str = ""
@@ -251,11 +280,28 @@ class FinetuningConfig(_HParams):
     self._set_defaults()
     self.model_name = model_name
     self.data_dir = data_dir
-    model_home = os.path.join(data_dir, "models", model_name)
+    self._set_paths(",".join(kwargs.get("task_names", self.task_names)))
+    self._update(kwargs)
+    if len(self.task_names) == 1:
+      self._apply(_single_task_preset(self.task_names[0]))
+    self._apply(_FINETUNING_SIZES.get(self.model_size, {}))
+    if self.debug:
+      self._apply(_FINETUNING_DEBUG)
+    self._update(kwargs)
+    self._check_model_size()
+    self._check_update_settings()
+    if not self.task_names:
+      raise ValueError("task_names must name at least one task")
+    self._preset_iterations_per_loop = (
+        None if "iterations_per_loop" in kwargs else self.iterations_per_loop)
+
+  def _set_paths(self, tasks_str: str) -> None:
+    """Official default paths under ``data_dir`` for the run of ``tasks_str`` ("a,b")."""
+    data_dir = self.data_dir
+    model_home = os.path.join(data_dir, "models", self.model_name)
     self.vocab_file = os.path.join(model_home, "vocab.txt")
     if not _exists(self.vocab_file):
       self.vocab_file = os.path.join(data_dir, "vocab.txt")
-    tasks_str = ",".join(kwargs.get("task_names", self.task_names))
     # self.debug is still the default here, as in the official code: debug neither clears
     # init_checkpoint nor adds "-debug" to preprocessed_data_dir unless set explicitly.
     self.init_checkpoint = None if self.debug else model_home
@@ -275,41 +321,6 @@ class FinetuningConfig(_HParams):
       "test_predictions": os.path.join(model_home, "test_predictions",
                                        "{:}_{:}_{:}_predictions.pkl"),
     }
-    self._update(kwargs)
-
-    if len(self.task_names) == 1:
-      task = self.task_names[0]
-      if task in ("rte", "sts"):
-        self.num_train_epochs = 10.0
-      elif "squad" in task or "qa" in task:
-        # (the official also sets write_distill_outputs = False; nothing reads it)
-        self.max_seq_length = 512
-        self.num_train_epochs = 2.0
-        self.write_test_outputs = False
-      elif task == "chunk":
-        self.max_seq_length = 256
-      else:
-        self.num_train_epochs = 3.0
-    if self.model_size == "large":
-      self.learning_rate = 5e-5
-      self.layerwise_lr_decay = 0.9
-    elif self.model_size == "small":
-      self.embedding_size = 128
-    if self.debug:
-      self.save_checkpoints_steps = 1000000
-      self.use_tfrecords_if_existing = False
-      self.num_trials = 1
-      self.iterations_per_loop = 1
-      self.train_batch_size = 32
-      self.num_train_epochs = 3.0
-      self.log_examples = True
-    self._update(kwargs)
-    self._check_model_size()
-    self._check_update_settings()
-    if not self.task_names:
-      raise ValueError("task_names must name at least one task")
-    self._preset_iterations_per_loop = (
-        None if "iterations_per_loop" in kwargs else self.iterations_per_loop)
 
   @classmethod
   def _check_template(cls, key: str, value: Any) -> None:

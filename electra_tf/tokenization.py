@@ -69,17 +69,37 @@ def validate_vocab(vocab: Mapping[str, int], required: Sequence[str] = SPECIAL_T
     raise ValueError(f"vocab is missing required token(s): {', '.join(missing)}")
 
 
-def _is_control(char: str) -> bool:
-  """Official rule: every `C*` category except tab/newline/CR (tf-models drops only Cc/Cf)."""
+# The official character classes as public helpers (tf-models keeps its copies private, and
+# its control rule differs: it drops only Cc / Cf).
+def is_control(char: str) -> bool:
+  """Official rule: every `C*` category except tab/newline/CR."""
   if char in "\t\n\r":
     return False
   return unicodedata.category(char).startswith("C")
 
 
+def is_whitespace(char: str) -> bool:
+  """Official rule: space, tab, newline, CR and category Zs."""
+  return char in " \t\n\r" or unicodedata.category(char) == "Zs"
+
+
+def is_punctuation(char: str) -> bool:
+  """Official rule: all non-alphanumeric ASCII and every `P*` category."""
+  cp = ord(char)
+  if 33 <= cp <= 47 or 58 <= cp <= 64 or 91 <= cp <= 96 or 123 <= cp <= 126:
+    return True
+  return unicodedata.category(char).startswith("P")
+
+
 def _is_dropped(char: str) -> bool:
   """Characters the official `_clean_text` deletes."""
   cp = ord(char)
-  return cp == 0 or cp == 0xFFFD or _is_control(char)
+  return cp == 0 or cp == 0xFFFD or is_control(char)
+
+
+def clean_text(text: str) -> str:
+  """Official `BasicTokenizer._clean_text`: drop NUL / U+FFFD / control chars, whitespace -> ' '."""
+  return "".join(" " if is_whitespace(c) else c for c in text if not _is_dropped(c))
 
 
 class _BasicTokenizer(tfm_tokenization.BasicTokenizer):
@@ -103,9 +123,8 @@ class _BasicTokenizer(tfm_tokenization.BasicTokenizer):
     return tfm_tokenization.whitespace_tokenize(" ".join(split_tokens))
 
   def _clean_text(self, text: str) -> str:
-    # Own version: uses the official `_is_control` (all C* categories), see above.
-    return "".join(
-        " " if tfm_tokenization._is_whitespace(c) else c for c in text if not _is_dropped(c))
+    # Own version: uses the official `is_control` (all C* categories), see above.
+    return clean_text(text)
 
 
 class FullTokenizer:
@@ -149,7 +168,7 @@ def _clean_char(char: str) -> str:
   if _is_dropped(char):
     return ""
   # isspace(): str.split() also splits on U+2028/U+2029, which `_clean_text` keeps.
-  if tfm_tokenization._is_whitespace(char) or char.isspace():
+  if is_whitespace(char) or char.isspace():
     return " "
   if _is_chinese_char(ord(char)):
     return f" {char} "
@@ -160,7 +179,7 @@ def _clean_char(char: str) -> str:
 # line separator), and beyond ASCII (ASCII punctuation is always split).
 _CLEAN_CANDIDATES_RE = re.compile(r"[^\x20-\x7e\n]")
 _SPLIT_CANDIDATES_RE = re.compile(r"[^\x00-\x7f]")
-_ASCII_PUNCTUATION = [chr(cp) for cp in range(128) if tfm_tokenization._is_punctuation(chr(cp))]
+_ASCII_PUNCTUATION = [chr(cp) for cp in range(128) if is_punctuation(chr(cp))]
 # Regex passes are used while candidates are sparse (<= 1/8 of the first _SAMPLE_CHARS) and
 # at most _MAX_REGEX_CHARS distinct ones; otherwise str.translate.
 _SAMPLE_CHARS = 1 << 14
@@ -257,7 +276,7 @@ class FastTokenizer:
     """Accent removal (after NFD) and punctuation splitting, per char, as the official code."""
     if self._strip and unicodedata.category(char) == "Mn":
       return ""
-    return f" {char} " if tfm_tokenization._is_punctuation(char) else char
+    return f" {char} " if is_punctuation(char) else char
 
   def _normalize(self, text: str) -> list[str]:
     """"\n"-joined lines -> per line, space-separated official basic tokens.

@@ -7,21 +7,27 @@ os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 os.environ.setdefault("TF_USE_LEGACY_KERAS", "1")
 
 import pytest  # noqa: E402
-from helpers.paths import DATA, REFERENCE  # noqa: E402
+from helpers.paths import DATA, REFERENCE, SHARED  # noqa: E402
+
+
+def _shared_folder(folder: pathlib.Path) -> pathlib.Path:
+  """``folder`` if it exists; else the test fails with one line (no traceback) saying where."""
+  if not folder.is_dir():
+    pytest.fail(
+        f"{folder} not found: the golden tests read the shared folder {SHARED} (default: "
+        f"../shared beside the clone, holding reference/ and data/); put it there or set "
+        f"ELECTRA_SHARED=/path/to/shared", pytrace=False)
+  return folder
 
 
 @pytest.fixture(scope="session")
 def reference_dir() -> pathlib.Path:
-  if not REFERENCE.is_dir():
-    pytest.fail(f"reference data not found at {REFERENCE} (set ELECTRA_SHARED)")
-  return REFERENCE
+  return _shared_folder(REFERENCE)
 
 
 @pytest.fixture(scope="session")
 def data_dir() -> pathlib.Path:
-  if not DATA.is_dir():
-    pytest.fail(f"shared data not found at {DATA} (set ELECTRA_SHARED)")
-  return DATA
+  return _shared_folder(DATA)
 
 
 @pytest.fixture(scope="session")

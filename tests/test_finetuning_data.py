@@ -3,7 +3,7 @@
 import pytest
 
 from electra_tf.finetuning import classification, registry, tagging, wordpiece
-from electra_tf.finetuning.task import DataError
+from electra_tf.finetuning.task_base import DataError
 
 SEQ = 128
 

@@ -4,7 +4,7 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
-from electra_tf.finetuning import heads
+from electra_tf.finetuning import task_heads as heads
 
 ATOL = 1e-5
 TASK_HEADS = {

@@ -2,7 +2,7 @@
 
 import pytest
 
-from electra_tf import flops
+from electra_tf.pretraining import flops
 
 
 def _small_disc_block_per_token():

@@ -11,7 +11,7 @@ import tensorflow as tf
 import tf_keras
 
 from electra_tf import names
-from electra_tf.finetuning import heads as ft_heads
+from electra_tf.finetuning import task_heads as ft_heads
 from electra_tf.modeling import heads, layers
 from electra_tf.modeling.bert_config import BertConfig
 from electra_tf.modeling.encoder import Embeddings, Transformer, TransformerBlock

@@ -7,8 +7,9 @@ import numpy as np
 import pytest
 from helpers import user_data
 
-from electra_tf.finetuning import features, registry, user_metrics
-from electra_tf.finetuning.task import DataError
+from electra_tf.finetuning import features, registry
+from electra_tf.finetuning.task_base import DataError
+from electra_tf.finetuning.user import scoring as user_metrics
 
 SEQ = 64
 PAIRS = [("sst", "movie_reviews"), ("mrpc", "paraphrase"), ("sts", "similarity"),

@@ -3,9 +3,10 @@
 - ``registry``: tasks by official name (``get_tasks``), raw data under
   ``<data_dir>/finetuning_data/<task>/``.
 - ``classification`` (GLUE), ``qa`` (SQuAD 1.1/2.0, MRQA), ``tagging`` (CoNLL-2000 chunking).
-- ``user_tasks``: tasks described by a ``task.json`` (``user_spec``), read by ``user_data``,
-  scored by ``user_metrics``, predictions written by ``user_predictions``.
+- ``user/``: tasks described by a ``task.json`` (``user.tasks``, the file format in
+  ``user.spec``), read by ``user.records``, scored by ``user.scoring``, predictions written by
+  ``user.predictions``.
 - ``features``: feature specs, ``tf.train.Example`` records, TFRecord cache, input datasets.
-- ``heads``: ``head(sequence_output, features, training) -> (outputs, per_example_loss)``.
+- ``task_heads``: ``head(sequence_output, features, training) -> (outputs, per_example_loss)``.
 - ``scorers``: official metrics (MCC, accuracy, F1, Pearson/Spearman, SQuAD/MRQA EM/F1, span F1).
 """

@@ -10,12 +10,12 @@ from __future__ import annotations
 import csv
 import dataclasses
 import os
-from typing import Any
+from typing import Any, ClassVar
 
 from electra_tf.finetuning import scorers
 from electra_tf.finetuning.features import FeatureSpec
-from electra_tf.finetuning.heads import ClassificationHead, RegressionHead
-from electra_tf.finetuning.task import Task, data_error
+from electra_tf.finetuning.task_base import BuiltInTask, Task, data_error
+from electra_tf.finetuning.task_heads import ClassificationHead, RegressionHead
 
 _DEBUG_MAX_LINES = 100
 
@@ -64,16 +64,26 @@ def truncate_seq_pair(tokens_a: list[str], tokens_b: list[str], max_length: int)
 
 
 class SingleOutputTask(Task):
-  """A task with one prediction per example, read from GLUE-style TSVs."""
+  """A task with one prediction per example, read from GLUE-style TSVs.
+
+  ``double_unordered``: training pairs also go in swapped (default: the class's
+  ``pairs_unordered``, True for the symmetric MRPC and STS).
+  """
+
+  pairs_unordered: ClassVar[bool] = False
+  # GLUE column layouts: of the labelled splits, and of the test splits (None: the same)
+  train_layout: ClassVar[_Layout]
+  test_layout: ClassVar[_Layout | None] = None
 
   def __init__(self, name: str, raw_data_dir: str, tokenizer: Any, max_seq_length: int,
-               task_id: int = 0, debug: bool = False, double_unordered: bool = False):
+               task_id: int = 0, debug: bool = False, double_unordered: bool | None = None):
     super().__init__(name, raw_data_dir, tokenizer, max_seq_length, task_id, debug)
-    self.double_unordered = double_unordered
+    self.double_unordered = (self.pairs_unordered if double_unordered is None
+                             else double_unordered)
 
   # --- reading -------------------------------------------------------------------------------
   def layout(self, split: str) -> _Layout:
-    raise NotImplementedError
+    return self.test_layout if "test" in split and self.test_layout else self.train_layout
 
   def file_split(self, split: str) -> str:
     """The file stem holding ``split`` (MNLI maps ``dev`` to ``dev_matched``)."""
@@ -84,7 +94,7 @@ class SingleOutputTask(Task):
 
   def swap_copy(self, split: str) -> bool:
     """Whether ``split`` also gets every pair again with the two texts swapped."""
-    return False
+    return self.double_unordered and split == "train"
 
   def get_examples(self, split: str) -> list[InputExample]:
     path = self.split_path(self.file_split(split), ".tsv")
@@ -167,6 +177,7 @@ class ClassificationTask(SingleOutputTask):
   """One categorical label per example; accuracy unless the task says otherwise."""
 
   label_list: tuple[str, ...] = ("0", "1")
+  scorer_class: ClassVar[type[scorers.Scorer]] = scorers.AccuracyScorer
 
   def dummy_label(self) -> str:
     return self.label_list[0]
@@ -187,7 +198,7 @@ class ClassificationTask(SingleOutputTask):
     return ClassificationHead(self.name, len(self.label_list), dropout_rate, seed)
 
   def get_scorer(self, split: str = "dev") -> scorers.Scorer:
-    return scorers.AccuracyScorer()
+    return self.scorer_class()
 
 
 class RegressionTask(SingleOutputTask):
@@ -223,101 +234,66 @@ class RegressionTask(SingleOutputTask):
     return scorers.RegressionScorer()
 
 
-class CoLA(ClassificationTask):
+class CoLA(BuiltInTask, ClassificationTask):
   """Corpus of Linguistic Acceptability: train/dev have no header, sentence in column 3."""
 
-  def __init__(self, raw_data_dir, tokenizer, max_seq_length, task_id=0, debug=False):
-    super().__init__("cola", raw_data_dir, tokenizer, max_seq_length, task_id, debug)
-
-  def layout(self, split):
-    return _Layout(1, None, None, True) if split == "test" else _Layout(3, None, 1, False)
-
-  def get_scorer(self, split="dev"):
-    return scorers.MCCScorer()
+  task_name = "cola"
+  train_layout, test_layout = _Layout(3, None, 1, False), _Layout(1, None, None, True)
+  scorer_class = scorers.MCCScorer
 
 
-class SST(ClassificationTask):
+class SST(BuiltInTask, ClassificationTask):
   """Stanford Sentiment Treebank (SST-2)."""
 
-  def __init__(self, raw_data_dir, tokenizer, max_seq_length, task_id=0, debug=False):
-    super().__init__("sst", raw_data_dir, tokenizer, max_seq_length, task_id, debug)
-
-  def layout(self, split):
-    return _Layout(1, None, None, True) if "test" in split else _Layout(0, None, 1, True)
+  task_name = "sst"
+  train_layout, test_layout = _Layout(0, None, 1, True), _Layout(1, None, None, True)
 
 
-class MRPC(ClassificationTask):
+class MRPC(BuiltInTask, ClassificationTask):
   """Microsoft Research Paraphrase Corpus; ``double_unordered`` adds swapped training pairs."""
 
-  def __init__(self, raw_data_dir, tokenizer, max_seq_length, task_id=0, debug=False,
-               double_unordered=True):
-    super().__init__("mrpc", raw_data_dir, tokenizer, max_seq_length, task_id, debug,
-                     double_unordered)
-
-  def layout(self, split):
-    return _Layout(3, 4, 0, True)
-
-  def swap_copy(self, split):
-    return self.double_unordered and split == "train"
-
-  def get_scorer(self, split="dev"):
-    return scorers.AccuracyF1Scorer()
+  task_name = "mrpc"
+  pairs_unordered = True
+  train_layout = _Layout(3, 4, 0, True)
+  scorer_class = scorers.AccuracyF1Scorer
 
 
-class QQP(ClassificationTask):
+class QQP(BuiltInTask, ClassificationTask):
   """Quora Question Pairs."""
 
-  def __init__(self, raw_data_dir, tokenizer, max_seq_length, task_id=0, debug=False):
-    super().__init__("qqp", raw_data_dir, tokenizer, max_seq_length, task_id, debug)
-
-  def layout(self, split):
-    return _Layout(1, 2, None, True) if split == "test" else _Layout(3, 4, 5, True)
-
-  def get_scorer(self, split="dev"):
-    return scorers.AccuracyF1Scorer()
+  task_name = "qqp"
+  train_layout, test_layout = _Layout(3, 4, 5, True), _Layout(1, 2, None, True)
+  scorer_class = scorers.AccuracyF1Scorer
 
 
-class RTE(ClassificationTask):
+class RTE(BuiltInTask, ClassificationTask):
   """Recognizing Textual Entailment."""
 
+  task_name = "rte"
   label_list = ("entailment", "not_entailment")
-
-  def __init__(self, raw_data_dir, tokenizer, max_seq_length, task_id=0, debug=False):
-    super().__init__("rte", raw_data_dir, tokenizer, max_seq_length, task_id, debug)
-
-  def layout(self, split):
-    return _Layout(1, 2, 3, True)
+  train_layout = _Layout(1, 2, 3, True)
 
 
-class QNLI(ClassificationTask):
+class QNLI(BuiltInTask, ClassificationTask):
   """Question NLI (same layout and labels as RTE)."""
 
+  task_name = "qnli"
   label_list = ("entailment", "not_entailment")
-
-  def __init__(self, raw_data_dir, tokenizer, max_seq_length, task_id=0, debug=False):
-    super().__init__("qnli", raw_data_dir, tokenizer, max_seq_length, task_id, debug)
-
-  def layout(self, split):
-    return _Layout(1, 2, 3, True)
+  train_layout = _Layout(1, 2, 3, True)
 
 
-class WNLI(ClassificationTask):
+class WNLI(BuiltInTask, ClassificationTask):
   """Winograd NLI. Not in the official ELECTRA task list; GLUE layout index/s1/s2/label."""
 
-  def __init__(self, raw_data_dir, tokenizer, max_seq_length, task_id=0, debug=False):
-    super().__init__("wnli", raw_data_dir, tokenizer, max_seq_length, task_id, debug)
-
-  def layout(self, split):
-    return _Layout(1, 2, 3, True)
+  task_name = "wnli"
+  train_layout = _Layout(1, 2, 3, True)
 
 
-class MNLI(ClassificationTask):
+class MNLI(BuiltInTask, ClassificationTask):
   """Multi-NLI: ``dev`` is ``dev_matched``; also ``dev_mismatched``, test splits, diagnostic."""
 
+  task_name = "mnli"
   label_list = ("contradiction", "entailment", "neutral")
-
-  def __init__(self, raw_data_dir, tokenizer, max_seq_length, task_id=0, debug=False):
-    super().__init__("mnli", raw_data_dir, tokenizer, max_seq_length, task_id, debug)
 
   def file_split(self, split):
     return "dev_matched" if split == "dev" else split
@@ -339,18 +315,10 @@ class MNLI(ClassificationTask):
     return splits
 
 
-class STS(RegressionTask):
+class STS(BuiltInTask, RegressionTask):
   """Semantic Textual Similarity benchmark: score in [0, 5]; texts in the last columns."""
 
+  task_name = "sts"
   min_value, max_value = 0.0, 5.0
-
-  def __init__(self, raw_data_dir, tokenizer, max_seq_length, task_id=0, debug=False,
-               double_unordered=True):
-    super().__init__("sts", raw_data_dir, tokenizer, max_seq_length, task_id, debug,
-                     double_unordered)
-
-  def layout(self, split):
-    return _Layout(-2, -1, None, True) if split == "test" else _Layout(-3, -2, -1, True)
-
-  def swap_copy(self, split):
-    return self.double_unordered and split == "train"
+  pairs_unordered = True
+  train_layout, test_layout = _Layout(-3, -2, -1, True), _Layout(-2, -1, None, True)

@@ -34,7 +34,7 @@ from typing import Any
 
 import tensorflow as tf
 
-from electra_tf.finetuning import heads as heads_lib
+from electra_tf.finetuning import task_heads as heads_lib
 
 _IDS = tf.TensorSpec([None, None], tf.int32)
 
@@ -148,7 +148,7 @@ class FinetunedExport(tf.Module):
       if head.joint_prediction:  # end logits given the best start, as the training path
         answer_mask = tf.cast(mask * segments, tf.float32) + tf.one_hot(0, tf.shape(ids)[1])
         best_start = tf.gather(hidden, out["start_top_index"][:, :1], batch_dims=1)  # [B,1,H]
-        end_hidden = head._end_hidden(best_start, hidden)[:, 0]  # [B, T, D]
+        end_hidden = head.end_hidden(best_start, hidden)[:, 0]  # [B, T, D]
         end_logits = tf.squeeze(head.end_dense(end_hidden), -1) + 1000.0 * (answer_mask - 1.0)
       return {"start_logits": out["start_logits"][:, :seq_length],
               "end_logits": end_logits[:, :seq_length],

@@ -28,12 +28,15 @@ import tensorflow as tf
 import tf_keras
 
 from electra_tf import checkpoints
-from electra_tf.finetuning.heads import multitask_loss
+from electra_tf.config import FinetuningConfig, get_bert_config
+from electra_tf.finetuning.task_base import Task
+from electra_tf.finetuning.task_heads import multitask_loss
 from electra_tf.modeling.bert_config import BertConfig
 from electra_tf.modeling.dropout import site_seed
 from electra_tf.modeling.encoder import Transformer
 from electra_tf.modeling.layers import serializable
 from electra_tf.optimization import AdamWeightDecay, Lamb, create_optimizer
+from electra_tf.training.runtime import uses_tpu
 
 ENCODER_SCOPE = "electra"
 
@@ -134,7 +137,7 @@ class FinetuningModel(tf_keras.Model):
     Returns:
       ``loss`` [] (official multi-task loss: each example's own task loss, summed),
       ``task_id`` [B], ``sequence_output`` [B, T, H] and, per head run, ``<task>``: its output
-      dict (see ``electra_tf.finetuning.heads``).
+      dict (see ``electra_tf.finetuning.task_heads``).
     """
     seed = seed if training else None
     encoded = self.encoder(features["input_ids"], features["input_mask"],
@@ -162,13 +165,11 @@ class FinetuningModel(tf_keras.Model):
     return outputs
 
 
-def create_model(config: Any, tasks: Sequence[Any]) -> FinetuningModel:
+def create_model(config: FinetuningConfig, tasks: Sequence[Task]) -> FinetuningModel:
   """``FinetuningModel`` with the encoder sizes of a ``FinetuningConfig`` (debug shrinking
   included); checks ``max_seq_length <= max_position_embeddings`` as the official code.
   Word embeddings are a one-hot matmul when ``config.use_tpu`` or when called under a TPU
   strategy's ``scope()`` (as official), a gather otherwise."""
-  from electra_tf.config import get_bert_config
-  from electra_tf.training.runtime import uses_tpu
 
   bert_config = get_bert_config(config)
   if config.max_seq_length > bert_config.max_position_embeddings:
@@ -283,7 +284,7 @@ def num_train_steps(n_train_records: int, train_batch_size: int,
   return steps
 
 
-def create_finetuning_optimizer(config: Any, num_train_steps: int,
+def create_finetuning_optimizer(config: FinetuningConfig, num_train_steps: int,
                                 n_transformer_layers: int) -> AdamWeightDecay | Lamb:
   """The official fine-tuning ``create_optimizer`` call: linear decay, warmup
   ``warmup_proportion`` of the steps, weight decay, layer-wise decay ``layerwise_lr_decay``

@@ -16,11 +16,12 @@ import random
 from collections.abc import Callable, Iterator, Sequence
 from typing import Any
 
+from electra_tf.config import FinetuningConfig
 from electra_tf.console import log
 from electra_tf.finetuning import features, tfds_glue
 from electra_tf.finetuning.classification import SingleOutputTask
 from electra_tf.finetuning.qa import QATask
-from electra_tf.finetuning.task import DataError
+from electra_tf.finetuning.task_base import DataError, Task
 
 CACHE_FORMAT = 1  # bump when the record layout changes
 # task attributes that change the features a task makes from the same examples
@@ -81,8 +82,9 @@ class Preprocessor:
       (e.g. ``{"use_tfds": True, "tfds_data_dir": ...}``), part of every cache key.
   """
 
-  def __init__(self, config: Any, tasks: Sequence[Any], examples_fn: Callable[[Any, str], list],
-               seed: int | None = None, source: dict[str, Any] | None = None):
+  def __init__(self, config: FinetuningConfig, tasks: Sequence[Task],
+               examples_fn: Callable[[Any, str], list], seed: int | None = None,
+               source: dict[str, Any] | None = None):
     self.config = config
     self.tasks = list(tasks)
     self.examples_fn = examples_fn

@@ -17,18 +17,19 @@ import collections
 import dataclasses
 import json
 import logging
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from typing import Any
 
 from electra_tf.finetuning import scorers
 from electra_tf.finetuning.features import FeatureSpec
-from electra_tf.finetuning.heads import SpanQAHead
-from electra_tf.finetuning.qa_decoding import (  # noqa: F401  (re-exported)
-    SpanQAScorer,
-    decode_predictions,
-    get_final_text,
+from electra_tf.finetuning.qa_decoding import (  # noqa: F401  (get_final_text re-exported)
+  DecodeOptions,
+  Question,
+  SpanQAScorer,
+  get_final_text,
 )
-from electra_tf.finetuning.task import Task, data_error
+from electra_tf.finetuning.task_base import BuiltInTask, Task, data_error
+from electra_tf.finetuning.task_heads import SpanQAHead
 
 _LOG = logging.getLogger(__name__)
 _DEBUG_MAX_MRQA_LINES = 10
@@ -115,18 +116,50 @@ def is_max_context(spans: Sequence[DocSpan], cur_span_index: int, position: int)
   return cur_span_index == best_index
 
 
+def _doc_word_pieces(example: QAExample, tokenizer: Any
+                     ) -> tuple[list[int], list[int], list[str]]:
+  """(word of each piece, first piece of each word, the context's word pieces)."""
+  tok_to_orig_index: list[int] = []
+  orig_to_tok_index: list[int] = []
+  all_doc_tokens: list[str] = []
+  for i, word in enumerate(example.doc_tokens):
+    orig_to_tok_index.append(len(all_doc_tokens))
+    for sub_token in tokenizer.tokenize(word):
+      tok_to_orig_index.append(i)
+      all_doc_tokens.append(sub_token)
+  return tok_to_orig_index, orig_to_tok_index, all_doc_tokens
+
+
+def _answer_pieces(example: QAExample, orig_to_tok_index: Sequence[int],
+                   all_doc_tokens: Sequence[str], tokenizer: Any) -> tuple[int, int]:
+  """The training answer's first and last word piece in the context ((-1, -1): none)."""
+  if example.is_impossible:
+    return -1, -1
+  tok_start = orig_to_tok_index[example.start_position]
+  if example.end_position < len(example.doc_tokens) - 1:
+    tok_end = orig_to_tok_index[example.end_position + 1] - 1
+  else:
+    tok_end = len(all_doc_tokens) - 1
+  return improve_answer_span(all_doc_tokens, tok_start, tok_end, tokenizer,
+                             example.orig_answer_text)
+
+
 class QATask(Task):
-  """Span-extraction QA task; ``v2`` questions may be unanswerable (SQuAD 2.0)."""
+  """Span-extraction QA task; ``v2`` questions may be unanswerable (SQuAD 2.0; default: the
+  class's ``v2``)."""
+
+  v2: bool = False
 
   def __init__(self, name: str, raw_data_dir: str, tokenizer: Any, max_seq_length: int,
-               task_id: int = 0, debug: bool = False, v2: bool = False,
+               task_id: int = 0, debug: bool = False, v2: bool | None = None,
                max_query_length: int = 64, doc_stride: int = 128, beam_size: int = 20,
                joint_prediction: bool = True, answerable_classifier: bool = True,
                answerable_uses_start_logits: bool = True, answerable_weight: float = 0.5,
                n_best_size: int = 20, max_answer_length: int = 30,
                qa_na_threshold: float = -2.75):
     super().__init__(name, raw_data_dir, tokenizer, max_seq_length, task_id, debug)
-    self.v2 = v2
+    if v2 is not None:
+      self.v2 = v2
     self.max_query_length = max_query_length
     self.doc_stride = doc_stride
     self.beam_size = beam_size
@@ -218,27 +251,10 @@ class QATask(Task):
     (``<task>_doc_span_index``, ``_tokens``, ``_token_to_orig_map``, ``_token_is_max_context``)."""
     tok = self.tokenizer
     query_tokens = tok.tokenize(example.question_text)[:self.max_query_length]
-
-    tok_to_orig_index: list[int] = []
-    orig_to_tok_index: list[int] = []
-    all_doc_tokens: list[str] = []
-    for i, word in enumerate(example.doc_tokens):
-      orig_to_tok_index.append(len(all_doc_tokens))
-      for sub_token in tok.tokenize(word):
-        tok_to_orig_index.append(i)
-        all_doc_tokens.append(sub_token)
-
+    tok_to_orig_index, orig_to_tok_index, all_doc_tokens = _doc_word_pieces(example, tok)
     tok_start = tok_end = None
-    if is_training and example.is_impossible:
-      tok_start = tok_end = -1
-    if is_training and not example.is_impossible:
-      tok_start = orig_to_tok_index[example.start_position]
-      if example.end_position < len(example.doc_tokens) - 1:
-        tok_end = orig_to_tok_index[example.end_position + 1] - 1
-      else:
-        tok_end = len(all_doc_tokens) - 1
-      tok_start, tok_end = improve_answer_span(all_doc_tokens, tok_start, tok_end, tok,
-                                               example.orig_answer_text)
+    if is_training:
+      tok_start, tok_end = _answer_pieces(example, orig_to_tok_index, all_doc_tokens, tok)
 
     max_tokens_for_doc = self.max_seq_length - len(query_tokens) - 3
     spans = doc_spans(len(all_doc_tokens), max_tokens_for_doc, self.doc_stride)
@@ -296,9 +312,23 @@ class QATask(Task):
                       answerable_uses_start_logits=self.answerable_uses_start_logits,
                       answerable_weight=self.answerable_weight)
 
+  def decode_options(self) -> DecodeOptions:
+    return DecodeOptions(self.name, self.v2, self.joint_prediction, self.answerable_classifier,
+                         self.n_best_size, self.max_answer_length,
+                         self.tokenizer.basic_tokenizer)
+
+  def questions(self, split: str) -> Iterator[Question]:
+    """``split``'s questions with their eval windows, featurized one question at a time."""
+    for example in self.get_examples(split):
+      qid = example.qas_id if "squad" in self.name else example.qid
+      yield Question(qid, example.doc_tokens, self.featurize(example, False, for_eval=True))
+
   def get_scorer(self, split: str = "dev", preds_path: str | None = None,
                  na_path: str | None = None) -> SpanQAScorer:
-    return SpanQAScorer(self, split, preds_path, na_path)
+    return SpanQAScorer(lambda: self.questions(split),
+                        lambda predictions, null_scores: self.evaluate(split, predictions,
+                                                                       null_scores),
+                        self.decode_options(), preds_path, na_path)
 
   def evaluate(self, split: str, predictions: Mapping[str, str],
                na_scores: Mapping[str, float]) -> dict[str, float]:
@@ -364,36 +394,26 @@ class MRQATask(QATask):
     return scorers.mrqa_evaluate(answers, predictions, skip_no_answer=True)
 
 
-class SQuAD(SQuADTask):
-  def __init__(self, raw_data_dir, tokenizer, max_seq_length, task_id=0, debug=False, **kwargs):
-    super().__init__("squad", raw_data_dir, tokenizer, max_seq_length, task_id, debug, v2=True,
-                     **kwargs)
+class SQuAD(BuiltInTask, SQuADTask):
+  task_name = "squad"
+  v2 = True
 
 
-class SQuADv1(SQuADTask):
-  def __init__(self, raw_data_dir, tokenizer, max_seq_length, task_id=0, debug=False, **kwargs):
-    super().__init__("squadv1", raw_data_dir, tokenizer, max_seq_length, task_id, debug,
-                     v2=False, **kwargs)
+class SQuADv1(BuiltInTask, SQuADTask):
+  task_name = "squadv1"
 
 
-class NewsQA(MRQATask):
-  def __init__(self, raw_data_dir, tokenizer, max_seq_length, task_id=0, debug=False, **kwargs):
-    super().__init__("newsqa", raw_data_dir, tokenizer, max_seq_length, task_id, debug, **kwargs)
+class NewsQA(BuiltInTask, MRQATask):
+  task_name = "newsqa"
 
 
-class NaturalQuestions(MRQATask):
-  def __init__(self, raw_data_dir, tokenizer, max_seq_length, task_id=0, debug=False, **kwargs):
-    super().__init__("naturalqs", raw_data_dir, tokenizer, max_seq_length, task_id, debug,
-                     **kwargs)
+class NaturalQuestions(BuiltInTask, MRQATask):
+  task_name = "naturalqs"
 
 
-class TriviaQA(MRQATask):
-  def __init__(self, raw_data_dir, tokenizer, max_seq_length, task_id=0, debug=False, **kwargs):
-    super().__init__("triviaqa", raw_data_dir, tokenizer, max_seq_length, task_id, debug,
-                     **kwargs)
+class TriviaQA(BuiltInTask, MRQATask):
+  task_name = "triviaqa"
 
 
-class SearchQA(MRQATask):
-  def __init__(self, raw_data_dir, tokenizer, max_seq_length, task_id=0, debug=False, **kwargs):
-    super().__init__("searchqa", raw_data_dir, tokenizer, max_seq_length, task_id, debug,
-                     **kwargs)
+class SearchQA(BuiltInTask, MRQATask):
+  task_name = "searchqa"

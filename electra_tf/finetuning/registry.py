@@ -1,6 +1,6 @@
 """Fine-tuning tasks by official name (``task_builder``), with their raw data under
 ``<data_dir>/finetuning_data/<task>/``; any other name whose folder holds a ``task.json`` is a
-user task (``user_tasks``).
+user task (``user/tasks.py``).
 
 ``get_tasks(task_names, tokenizer, data_dir, max_seq_length, **options)`` builds every task of a
 run; ``options`` are plain values named as in the official ``FinetuningConfig`` (each task
@@ -13,9 +13,12 @@ import os
 from collections.abc import Sequence
 from typing import Any
 
-from electra_tf.finetuning import classification, qa, tagging, user_spec, user_tasks
-from electra_tf.finetuning.task import Task
-from electra_tf.finetuning.wordpiece import FullTokenizer
+from electra_tf.config import FinetuningConfig
+from electra_tf.finetuning import classification, qa, tagging
+from electra_tf.finetuning.task_base import Task
+from electra_tf.finetuning.user import spec as user_spec
+from electra_tf.finetuning.user import tasks as user_tasks
+from electra_tf.tokenization import FullTokenizer
 
 TASK_CLASSES: dict[str, type[Task]] = {
     "cola": classification.CoLA,
@@ -113,7 +116,7 @@ def _tfds_glue_names():
   return tfds_glue.TFDS_GLUE
 
 
-def build_tasks(config: Any, use_tfds: bool = False) -> list[Any]:
+def build_tasks(config: FinetuningConfig, use_tfds: bool = False) -> list[Task]:
   """The run's tasks (official ``task_builder.get_tasks``), raw data in
   ``config.raw_data_dir(task)``; an unknown name or a missing data folder is a one-line error."""
   for name in config.task_names:

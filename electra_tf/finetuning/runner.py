@@ -15,11 +15,13 @@ from typing import Any
 import tensorflow as tf
 
 from electra_tf import checkpoints, training
+from electra_tf.config import FinetuningConfig
 from electra_tf.console import log
 from electra_tf.finetuning import features, outputs, qa
 from electra_tf.finetuning import model as model_lib
 from electra_tf.finetuning.classification import read_tsv
 from electra_tf.finetuning.preprocessing import Preprocessor
+from electra_tf.finetuning.task_base import Task
 
 LOGGED_TRAIN_LOSS = "loss_mean_per_example"
 
@@ -46,8 +48,8 @@ class ModelRunner:
     seed: this trial's seed (None: unseeded).
   """
 
-  def __init__(self, config: Any, tasks: Sequence[Any], preprocessor: Preprocessor,
-               strategy: Any, model_dir: str, seed: int | None):
+  def __init__(self, config: FinetuningConfig, tasks: Sequence[Task], preprocessor: Preprocessor,
+               strategy: tf.distribute.Strategy, model_dir: str, seed: int | None):
     self.config, self.tasks, self.pre = config, list(tasks), preprocessor
     self.strategy, self.model_dir, self.seed = strategy, model_dir, seed
     if seed is not None:

@@ -16,9 +16,9 @@ from typing import Any
 
 from electra_tf.finetuning import scorers
 from electra_tf.finetuning.features import FeatureSpec
-from electra_tf.finetuning.heads import TaggingHead
 from electra_tf.finetuning.scorers import get_span_labels, get_tags
-from electra_tf.finetuning.task import Task, data_error
+from electra_tf.finetuning.task_base import Task, data_error
+from electra_tf.finetuning.task_heads import TaggingHead
 from electra_tf.finetuning.wordpiece import tokenize_and_align
 
 LABEL_ENCODING = "BIOES"

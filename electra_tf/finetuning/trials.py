@@ -5,12 +5,12 @@ from __future__ import annotations
 
 import os
 import shutil
-from typing import Any
 
 import tensorflow as tf
 import tf_keras
 
 from electra_tf import checkpoints, model_source, training
+from electra_tf.config import FinetuningConfig
 from electra_tf.console import log
 from electra_tf.finetuning import outputs, registry
 from electra_tf.finetuning.preprocessing import Preprocessor, make_examples_fn
@@ -22,7 +22,7 @@ def heading(message: str) -> None:
   log("=" * 80 + "\n" + message + "\n" + "=" * 80)
 
 
-def check_init_checkpoint(config: Any) -> None:
+def check_init_checkpoint(config: FinetuningConfig) -> None:
   """Fails before any work when ``init_checkpoint`` names nothing usable."""
   if not config.init_checkpoint or model_source.is_hf(config.init_checkpoint):
     return
@@ -38,8 +38,9 @@ def trial_seed(seed: int | None, trial: int) -> int | None:
   return None if seed is None else seed + trial - 1
 
 
-def run_finetuning(config: Any, strategy: Any = None, use_tfds: bool = False,
-                   tfds_data_dir: str | None = None) -> list[dict[str, dict[str, float]]]:
+def run_finetuning(config: FinetuningConfig, strategy: tf.distribute.Strategy | None = None,
+                   use_tfds: bool = False, tfds_data_dir: str | None = None
+                   ) -> list[dict[str, dict[str, float]]]:
   """Trains and evaluates ``num_trials`` models of a ``FinetuningConfig``; returns each trial's
   dev results ({task: {metric: value}}). ``strategy`` defaults to one device; ``use_tfds``
   reads GLUE tasks from prepared TensorFlow Datasets in ``tfds_data_dir``."""

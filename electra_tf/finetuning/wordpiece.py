@@ -1,8 +1,8 @@
-"""Tokenizer access for fine-tuning: the FullTokenizer backend and word-aligned WordPieces.
+"""Word-aligned WordPieces for the tagging tasks (official `tokenize_and_align`).
 
 Tasks receive a tokenizer object with the official ``FullTokenizer`` interface (``tokenize``,
 ``convert_tokens_to_ids``, ``vocab``, ``basic_tokenizer``, ``wordpiece_tokenizer``); this module
-names the project's tokenizer class and adds the word-level tokenisation of the tagging tasks.
+adds the word-level tokenisation of the tagging tasks.
 """
 
 from __future__ import annotations
@@ -10,36 +10,9 @@ from __future__ import annotations
 import unicodedata
 from collections.abc import Sequence
 
-from electra_tf.tokenization import FullTokenizer  # noqa: F401  (re-exported for registry)
+from electra_tf.tokenization import clean_text, is_punctuation
 
 SPECIAL_WORDS = ("[CLS]", "[SEP]")
-
-
-def _is_control(ch: str) -> bool:
-  if ch in "\t\n\r":
-    return False
-  return unicodedata.category(ch).startswith("C")
-
-
-def _is_whitespace(ch: str) -> bool:
-  return ch in " \t\n\r" or unicodedata.category(ch) == "Zs"
-
-
-def _is_punctuation(ch: str) -> bool:
-  cp = ord(ch)
-  if 33 <= cp <= 47 or 58 <= cp <= 64 or 91 <= cp <= 96 or 123 <= cp <= 126:
-    return True
-  return unicodedata.category(ch).startswith("P")
-
-
-def clean_text(text: str) -> str:
-  """Official ``BasicTokenizer._clean_text``: drop NUL/U+FFFD/control chars, whitespace -> ' '."""
-  out = []
-  for ch in text:
-    if ord(ch) in (0, 0xFFFD) or _is_control(ch):
-      continue
-    out.append(" " if _is_whitespace(ch) else ch)
-  return "".join(out)
 
 
 def strip_accents(text: str) -> str:
@@ -52,7 +25,7 @@ def split_on_punctuation(text: str) -> list[str]:
   pieces: list[str] = []
   start_new = True
   for ch in text:
-    if _is_punctuation(ch):
+    if is_punctuation(ch):
       pieces.append(ch)
       start_new = True
     else:

@@ -12,7 +12,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from electra_tf import names
-from electra_tf.config import get_bert_config, get_generator_config
+from electra_tf.config import PretrainingConfig, get_bert_config, get_generator_config
 from electra_tf.modeling.encoder import Transformer
 from electra_tf.modeling.heads import DiscriminatorHead, MaskedLMHead
 from electra_tf.pretraining import masking
@@ -30,7 +30,7 @@ from electra_tf.pretraining.objective import (
 from electra_tf.training.runtime import uses_tpu
 
 
-def _check_flags(config: Any) -> None:
+def _check_flags(config: PretrainingConfig) -> None:
   """Rejects flag combinations the official graph cannot build (it crashes on them)."""
   if config.electric_objective and not config.two_tower_generator:
     raise ValueError("electric_objective needs two_tower_generator (its log q correction "
@@ -43,7 +43,7 @@ def _check_flags(config: Any) -> None:
                      "electric_objective")
 
 
-def build_objective(config: Any, vocab: Mapping[str, int] | None = None) -> Objective:
+def build_objective(config: PretrainingConfig, vocab: Mapping[str, int] | None = None) -> Objective:
   """The ``Objective`` a ``PretrainingConfig`` describes.
 
   ``vocab``: token -> id with [CLS], [SEP], [MASK] (other entries are ignored); default: read
@@ -69,7 +69,7 @@ def build_objective(config: Any, vocab: Mapping[str, int] | None = None) -> Obje
       special_ids=special, seed=getattr(config, "seed", None))
 
 
-def build_pretraining_model(config: Any, vocab: Mapping[str, int] | None = None
+def build_pretraining_model(config: PretrainingConfig, vocab: Mapping[str, int] | None = None
                             ) -> PretrainingModel:
   """Builds every tower and head the config's objective needs, then the model.
 

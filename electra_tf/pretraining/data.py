@@ -91,8 +91,8 @@ def vocab_message(path: str, token_id: int, vocab_size: int) -> str:
           f"{vocab_size} (built with a different vocab?)")
 
 
-def _read_shard(path: tf.Tensor, size: tf.Tensor, max_seq_length: int,
-                vocab_size: int | None = None) -> tf.data.Dataset:
+def read_shard(path: tf.Tensor, size: tf.Tensor, max_seq_length: int,
+               vocab_size: int | None = None) -> tf.data.Dataset:
   """Parsed examples {name: int32 [max_seq_length]} of one file, read in batches.
 
   Failures name the file. TFRecordDataset's own DataLossError does not, so read errors end the
@@ -200,7 +200,7 @@ def pretraining_dataset(file_pattern: str | list[str], batch_size: int, max_seq_
     ds = ds.shard(num_pipelines, pipeline_id)
   if is_training:
     ds = ds.shuffle(len(files), seed=seed, reshuffle_each_iteration=True).repeat()
-  ds = ds.interleave(lambda path, size: _read_shard(path, size, max_seq_length, vocab_size),
+  ds = ds.interleave(lambda path, size: read_shard(path, size, max_seq_length, vocab_size),
                      cycle_length=min(CYCLE_LENGTH, len(files)), num_parallel_calls=autotune,
                      deterministic=deterministic)
   if num_pipelines > 1 and not shard_files:

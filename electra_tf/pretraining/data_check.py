@@ -26,7 +26,7 @@ def check_shard(path: str, max_seq_length: int, vocab_size: int | None = None) -
   size = tf.io.gfile.stat(path).length
   if size == 0:
     return None
-  records = data._read_shard(tf.constant(path), tf.constant(size, tf.int64), max_seq_length,
+  records = data.read_shard(tf.constant(path), tf.constant(size, tf.int64), max_seq_length,
                              vocab_size)
   try:
     for _ in records.batch(_CHECK_BATCH):

@@ -164,6 +164,30 @@ def num_to_predict(input_mask: tf.Tensor, mask_prob: float, max_predictions_per_
       max_predictions_per_seq, tf.cast(tf.round(num_tokens * mask_prob), tf.int32)))
 
 
+def _uniform(drawn: tf.Tensor | None, shape: list, seed: tf.Tensor | None) -> tf.Tensor:
+  """float32 uniform [0, 1) draws of ``shape``: the injected ones, else stateless from
+  ``seed``, else stateful."""
+  if drawn is not None:
+    return tf.cast(drawn, tf.float32)
+  if seed is None:
+    return tf.random.uniform(shape)
+  return tf.random.stateless_uniform(shape, seed)
+
+
+def _sample_positions(logits: tf.Tensor, n: int, seed: tf.Tensor | None) -> tf.Tensor:
+  """int32 [B, n] positions drawn with replacement from float [B, T] log-probabilities (NaN
+  rows, which have no candidate, count as uniform); stateless when ``seed`` is given."""
+  logits = tf.where(tf.math.is_nan(logits), tf.zeros_like(logits), logits)
+  if seed is None:
+    return tf.random.categorical(logits, n, dtype=tf.int32)
+  # Gumbel-max over [B, N, T]: the same distribution as categorical sampling with
+  # replacement, and it compiles under XLA (StatelessMultinomial does not).
+  u = tf.random.stateless_uniform(tf.concat([tf.shape(logits)[:1], [n], tf.shape(logits)[1:]], 0),
+                                  seed, minval=1e-30, maxval=1.0)
+  return tf.argmax(logits[:, tf.newaxis, :] - tf.math.log(-tf.math.log(u)), -1,
+                   output_type=tf.int32)
+
+
 def mask(inputs: Inputs, mask_prob: float, max_predictions_per_seq: int,
          vocab: Mapping[str, int], proposal_distribution: float | tf.Tensor = 1.0,
          disallow_from_mask: tf.Tensor | None = None,
@@ -207,27 +231,13 @@ def mask(inputs: Inputs, mask_prob: float, max_predictions_per_seq: int,
   if "categorical_positions" in draws:
     positions = tf.cast(draws["categorical_positions"], tf.int32)
   else:
-    logits = candidates_log_probs(candidates, proposal_distribution)
-    logits = tf.where(tf.math.is_nan(logits), tf.zeros_like(logits), logits)
-    if pos_seed is None:
-      positions = tf.random.categorical(logits, n, dtype=tf.int32)
-    else:
-      # Gumbel-max over [B, N, T]: the same distribution as categorical sampling with
-      # replacement, and it compiles under XLA (StatelessMultinomial does not).
-      u = tf.random.stateless_uniform(tf.concat([[batch, n], tf.shape(ids)[1:]], 0), pos_seed,
-                                      minval=1e-30, maxval=1.0)
-      positions = tf.argmax(logits[:, tf.newaxis, :] - tf.math.log(-tf.math.log(u)), -1,
-                            output_type=tf.int32)
+    positions = _sample_positions(candidates_log_probs(candidates, proposal_distribution), n,
+                                  pos_seed)
   int_weights = tf.cast(weights, tf.int32)
   positions *= int_weights
   masked_lm_ids = gather_positions(ids, positions) * int_weights
 
-  if "mask_uniform" in draws:
-    uniform = tf.cast(draws["mask_uniform"], tf.float32)
-  elif uniform_seed is None:
-    uniform = tf.random.uniform([batch, n])
-  else:
-    uniform = tf.random.stateless_uniform([batch, n], uniform_seed)
+  uniform = _uniform(draws.get("mask_uniform"), [batch, n], uniform_seed)
   replace_positions = positions * tf.cast(uniform < MASK_TOKEN_PROB, tf.int32)
   mask_ids = tf.fill([batch, n], tf.constant(_special_id(vocab, "[MASK]"), ids.dtype))
   masked_ids, _ = scatter_update(ids, mask_ids, replace_positions)

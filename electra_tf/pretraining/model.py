@@ -28,7 +28,7 @@ from electra_tf.modeling.heads import DiscriminatorHead, MaskedLMHead
 from electra_tf.modeling.layers import serializable
 from electra_tf.pretraining import masking
 from electra_tf.pretraining import objective as objective_lib
-from electra_tf.pretraining import parts as parts_lib
+from electra_tf.pretraining import part_configs as parts_lib
 from electra_tf.pretraining.objective import (
   DISCRIMINATOR_TOWER,
   ELECTRIC,
@@ -128,7 +128,7 @@ class PretrainingModel(tf_keras.Model):
 
   def get_config(self) -> dict:
     """JSON-able: ``name``, ``objective`` (a dict), the parts' Keras configs and which parts
-    share an ``Embeddings`` layer (see ``pretraining.parts``)."""
+    share an ``Embeddings`` layer (see ``pretraining.part_configs``)."""
     parts = {name: getattr(self, name) for name in parts_lib.PART_NAMES}
     return {"name": self.name, "trainable": self.trainable,
             "objective": self.objective.to_dict(), **parts_lib.serialize_parts(parts)}

@@ -20,10 +20,11 @@ from typing import Any
 
 import tensorflow as tf
 
-from electra_tf import checkpoints, flops, model_source, tokenization, training
+from electra_tf import checkpoints, model_source, tokenization, training
+from electra_tf.config import PretrainingConfig
 from electra_tf.console import log
 from electra_tf.optimization import create_optimizer
-from electra_tf.pretraining import data, masking
+from electra_tf.pretraining import data, flops, masking
 from electra_tf.pretraining import metrics as metrics_lib
 from electra_tf.pretraining import objective as objective_lib
 from electra_tf.pretraining.builder import build_pretraining_model
@@ -36,7 +37,7 @@ from electra_tf.training.accumulation import BATCH_TOTALS
 DRAW_KEYS = ("categorical_positions", "mask_uniform", "gumbel_uniform")
 
 
-def check_inputs(config: Any) -> None:
+def check_inputs(config: PretrainingConfig) -> None:
   """One-line errors for a wrong run setup, before anything is built."""
   if not (config.do_train or config.do_eval):
     raise ValueError("nothing to do: set do_train and/or do_eval")
@@ -148,7 +149,7 @@ def eval_step_fn(model: PretrainingModel, metrics: Sequence[Any]) -> Callable:
   return tf.autograph.experimental.do_not_convert(step)
 
 
-def dataset_fn(config: Any, is_training: bool, seed: int | None,
+def dataset_fn(config: PretrainingConfig, is_training: bool, seed: int | None,
                skip_steps: int = 0) -> Callable:
   """dataset_fn(input_context) for the Trainer: the official input pipeline per replica;
   ``skip_steps`` global batches of the stream are dropped first (a seeded resume)."""
@@ -228,7 +229,8 @@ def checkpoint_step(path: str) -> int | None:
   return 0
 
 
-def consumed_steps(config: Any, start: int, log_fn: Callable[[str], None] = log) -> int:
+def consumed_steps(config: PretrainingConfig, start: int,
+                   log_fn: Callable[[str], None] = log) -> int:
   """Training batches a seeded run already took from its data stream when it (re)starts at
   global step ``start``: ``start`` minus the step it began at (that of ``init_checkpoint``)."""
   if config.seed is None:
@@ -249,7 +251,7 @@ class PretrainingRun:
   """Everything ``build_run`` creates: the model, its optimizer and the Trainer that owns the
   checkpoints of ``config.model_dir``, the streaming metrics, and the seed in use."""
 
-  config: Any
+  config: PretrainingConfig
   model: PretrainingModel
   optimizer: Any
   trainer: training.Trainer
@@ -258,7 +260,7 @@ class PretrainingRun:
   seed: int
 
 
-def build_run(config: Any, strategy: tf.distribute.Strategy | None = None,
+def build_run(config: PretrainingConfig, strategy: tf.distribute.Strategy | None = None,
               jit_compile: bool = False, mixed_precision: str | None = None,
               peak_flops: float | None = None,
               log_fn: Callable[[str], None] = log) -> PretrainingRun:
@@ -269,15 +271,8 @@ def build_run(config: Any, strategy: tf.distribute.Strategy | None = None,
   """
   check_inputs(config)
   strategy = strategy or training.get_strategy("one_device")
-  replicas = strategy.num_replicas_in_sync
-  for name in ("train_batch_size", "eval_batch_size"):
-    if getattr(config, name) % replicas:
-      raise ValueError(f"{name} {getattr(config, name)} is not divisible by the {replicas} "
-                       "replicas of the distribution strategy")
+  config.check_batch_split(strategy.num_replicas_in_sync)
   k = config.gradient_accumulation_steps
-  if config.train_batch_size % (replicas * k):
-    raise ValueError(f"train_batch_size {config.train_batch_size} is not divisible by "
-                     f"{replicas} replicas x gradient_accumulation_steps {k}")
   seed = config.seed
   if seed is None:
     seed = random.SystemRandom().randrange(2**31)

@@ -9,7 +9,7 @@ A folder ``<data_dir>/finetuning_data/<name>/`` with ``task.json`` next to ``tra
   token and tag lists (default ``tokens`` / ``tags``); ``id`` (optional): a column copied into
   the written predictions (rows or files without it: the row number);
 - ``labels`` (classification, optional): the label values; default: first-seen order in train;
-- ``metrics`` (optional): see ``user_metrics.METRICS``;
+- ``metrics`` (optional): see ``scoring.METRICS``;
 - ``header`` (TSV, default true): whether the first line names the columns;
 - ``symmetric`` (sentence pairs, default false): the pair order does not matter, so training
   also sees every pair swapped (as the official MRPC / STS-B with ``double_unordered``);
@@ -26,7 +26,7 @@ import json
 import os
 from typing import Any
 
-from electra_tf.finetuning.task import data_error
+from electra_tf.finetuning.task_base import data_error
 
 TASK_FILE = "task.json"
 TYPES = ("classification", "regression", "tagging")

@@ -19,8 +19,8 @@ from typing import Any
 import numpy as np
 
 from electra_tf.finetuning.scorers import get_span_labels, get_tags
-from electra_tf.finetuning.user_data import Record, TaggedSentence
-from electra_tf.finetuning.user_spec import TaskSpec
+from electra_tf.finetuning.user.records import Record, TaggedSentence
+from electra_tf.finetuning.user.spec import TaskSpec
 
 
 def outputs_by_eid(predictions: Any) -> dict[int, Mapping[str, Any]]:

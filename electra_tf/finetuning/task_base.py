@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import abc
 import os
-from typing import Any
+from typing import Any, ClassVar
 
 from electra_tf.finetuning.features import FeatureSpec
 
@@ -40,12 +40,8 @@ class Task(abc.ABC):
                task_id: int = 0, debug: bool = False):
     if max_seq_length < 3:
       raise ValueError(f"max_seq_length must be >= 3, got {max_seq_length}")
-    self.name = name
-    self.raw_data_dir = raw_data_dir
-    self.tokenizer = tokenizer
-    self.max_seq_length = max_seq_length
-    self.task_id = task_id
-    self.debug = debug
+    self.name, self.raw_data_dir, self.tokenizer = name, raw_data_dir, tokenizer
+    self.max_seq_length, self.task_id, self.debug = max_seq_length, task_id, debug
 
   def split_path(self, split: str, extension: str) -> str:
     """Path of one split's raw file; a missing folder or file is a one-line error."""
@@ -85,3 +81,16 @@ class Task(abc.ABC):
 
   def __repr__(self) -> str:
     return f"Task({self.name})"
+
+
+class BuiltInTask:
+  """Mixin for a built-in task whose official name is the class attribute ``task_name``: its
+  constructor is ``(raw_data_dir, tokenizer, max_seq_length, task_id=0, debug=False,
+  **options)``, the options going to the task type's constructor."""
+
+  task_name: ClassVar[str]
+
+  def __init__(self, raw_data_dir: str, tokenizer: Any, max_seq_length: int, task_id: int = 0,
+               debug: bool = False, **options: Any):
+    super().__init__(self.task_name, raw_data_dir, tokenizer, max_seq_length, task_id, debug,
+                     **options)

@@ -66,13 +66,19 @@ def block_flops(hidden_size: int, seq_length: int, intermediate_size: int | None
   return float((attention + feed_forward) * s)
 
 
+def _embedding_sizes(hidden_size: int, seq_length: int, vocab_size: int,
+                     embedding_size: int | None) -> tuple[int, int, int, int]:
+  """(h, s, v, e) checked positive; ``e`` defaults to the hidden size."""
+  _check_positive(hidden_size=hidden_size, seq_length=seq_length, vocab_size=vocab_size)
+  return (hidden_size, seq_length, vocab_size,
+          hidden_size if embedding_size is None else embedding_size)
+
+
 def input_embedding_flops(hidden_size: int, seq_length: int, vocab_size: int = 30522,
                           embedding_size: int | None = None,
                           sparse_embed_lookup: bool = False) -> float:
   """Forward FLOPs of the embeddings (+ projection to ``hidden_size`` when sizes differ)."""
-  _check_positive(hidden_size=hidden_size, seq_length=seq_length, vocab_size=vocab_size)
-  h, s, v = hidden_size, seq_length, vocab_size
-  e = h if embedding_size is None else embedding_size
+  h, s, v, e = _embedding_sizes(hidden_size, seq_length, vocab_size, embedding_size)
   per_token = 0 if sparse_embed_lookup else 2 * e * v  # one-hot word lookup
   # token-type + position lookups (official: 2 e (s + 2)), their add, LayerNorm, dropout
   per_token += 2 * e * (s + 2) + 2 * e + LAYER_NORM_FLOPS * e + DROPOUT_FLOPS * e
@@ -85,9 +91,7 @@ def mlm_output_flops(hidden_size: int, seq_length: int, vocab_size: int = 30522,
                      embedding_size: int | None = None,
                      output_frac: float = OFFICIAL_OUTPUT_FRAC) -> float:
   """Forward FLOPs of the masked-LM head (dense + GELU + LayerNorm + tied softmax)."""
-  _check_positive(hidden_size=hidden_size, seq_length=seq_length, vocab_size=vocab_size)
-  h, s, v = hidden_size, seq_length, vocab_size
-  e = h if embedding_size is None else embedding_size
+  h, s, v, e = _embedding_sizes(hidden_size, seq_length, vocab_size, embedding_size)
   per_token = (2 * e * v  # logits against the (tied) embedding table
                + 2 * h * e + e  # dense kernel and bias
                + ACTIVATION_FLOPS * e + LAYER_NORM_FLOPS * e

@@ -1,4 +1,4 @@
-"""Readers for the files of a user task (see ``user_spec``): rows of CSV / TSV / JSONL tables,
+"""Readers for the files of a user task (see ``spec``): rows of CSV / TSV / JSONL tables,
 sentences of CoNLL / JSONL tagging files. Every problem is a one-line ``DataError`` naming the
 file and line.
 
@@ -17,8 +17,8 @@ import os
 from collections.abc import Mapping
 from typing import Any
 
-from electra_tf.finetuning.task import data_error
-from electra_tf.finetuning.user_spec import Column
+from electra_tf.finetuning.task_base import data_error
+from electra_tf.finetuning.user.spec import Column
 
 TABLE_EXTENSIONS = (".csv", ".tsv", ".jsonl")
 TAGGING_EXTENSIONS = (".txt", ".conll", ".jsonl")

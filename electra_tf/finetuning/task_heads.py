@@ -197,12 +197,10 @@ class SpanQAHead(TaskHead):
                answerable_classifier: bool = True, answerable_uses_start_logits: bool = True,
                answerable_weight: float = 0.5, qa_hidden_size: int = 512, **kwargs):
     super().__init__(task_name, **kwargs)
-    self.beam_size = beam_size
-    self.joint_prediction = joint_prediction
+    self.beam_size, self.joint_prediction = beam_size, joint_prediction
     self.answerable_classifier = answerable_classifier
     self.answerable_uses_start_logits = answerable_uses_start_logits
-    self.answerable_weight = answerable_weight
-    self.qa_hidden_size = qa_hidden_size
+    self.answerable_weight, self.qa_hidden_size = answerable_weight, qa_hidden_size
     s = self.sub_scope
     self.start_dense = Dense(1, s(names.DENSE))
     self.qa_hidden = Dense(qa_hidden_size, s(names.QA_HIDDEN)) if joint_prediction else None
@@ -231,7 +229,7 @@ class SpanQAHead(TaskHead):
       self.answerable_dense.build([None, h])
     super().build(input_shape)
 
-  def _end_hidden(self, start_features: tf.Tensor, hidden: tf.Tensor) -> tf.Tensor:
+  def end_hidden(self, start_features: tf.Tensor, hidden: tf.Tensor) -> tf.Tensor:
     """gelu(qa_hidden(concat(start, token))) as start@W[:H] + token@W[H:] + b.
 
     start_features [B, K, H] (or [B, 1, H]), hidden [B, T, H] -> [B, K, T, qa_hidden_size].
@@ -266,11 +264,11 @@ class SpanQAHead(TaskHead):
       start_top_log_probs, start_top_index = tf.nn.top_k(tf.nn.log_softmax(start_logits), k=k)
       if training:
         start_features = tf.gather(hidden, start_positions, batch_dims=1)[:, None]  # [B, 1, H]
-        end_hidden = self._end_hidden(start_features, hidden)[:, 0]  # [B, T, D]
+        end_hidden = self.end_hidden(start_features, hidden)[:, 0]  # [B, T, D]
         end_logits = tf.squeeze(self.end_dense(end_hidden), -1) + mask_adder  # [B, T]
       else:
         start_features = tf.gather(hidden, start_top_index, batch_dims=1)  # [B, K, H]
-        end_hidden = self._end_hidden(start_features, hidden)  # [B, K, T, D]
+        end_hidden = self.end_hidden(start_features, hidden)  # [B, K, T, D]
         beam_end_logits = tf.squeeze(self.end_dense(end_hidden), -1) + mask_adder[:, None]
         end_top_log_probs, end_top_index = tf.nn.top_k(tf.nn.log_softmax(beam_end_logits), k=k)
         end_logits = tf.zeros([batch_size, seq_length])  # official: zeros at inference

@@ -1,4 +1,4 @@
-"""Tasks described by a ``task.json`` (``user_spec``) instead of code.
+"""Tasks described by a ``task.json`` (``spec``) instead of code.
 
 They are subclasses of the built-in task classes and only change where examples come from:
 a user classification task is featurized, headed and exported exactly as ``sst`` / ``mrpc``,
@@ -14,21 +14,22 @@ import os
 from typing import Any
 
 from electra_tf.console import log
-from electra_tf.finetuning import user_metrics, user_predictions
 from electra_tf.finetuning.classification import ClassificationTask, InputExample, RegressionTask
 from electra_tf.finetuning.tagging import TaggingExample, TaggingTask
-from electra_tf.finetuning.task import data_error
-from electra_tf.finetuning.user_data import (
-    TABLE_EXTENSIONS,
-    TAGGING_EXTENSIONS,
-    Record,
-    TaggedSentence,
-    find_split,
-    read_conll,
-    read_records,
-    read_tagged_jsonl,
+from electra_tf.finetuning.task_base import data_error
+from electra_tf.finetuning.user import predictions as user_predictions
+from electra_tf.finetuning.user import scoring
+from electra_tf.finetuning.user.records import (
+  TABLE_EXTENSIONS,
+  TAGGING_EXTENSIONS,
+  Record,
+  TaggedSentence,
+  find_split,
+  read_conll,
+  read_records,
+  read_tagged_jsonl,
 )
-from electra_tf.finetuning.user_spec import TaskSpec, label_key, load_spec
+from electra_tf.finetuning.user.spec import TaskSpec, label_key, load_spec
 
 _DEBUG_MAX_ROWS = 100
 _SPAN_PREFIXES = ("B-", "I-", "E-", "S-")
@@ -66,36 +67,55 @@ class _TruncationCounter:
           f"max_seq_length={self.max_seq_length} tokens and were truncated")
 
 
-def _source_files(task: Any, split: str) -> list[str]:
-  """The files ``split``'s features are made from (the cache key): task.json, the split's
-  file, and the train and dev files that labels, tag ids or the target range come from."""
-  files = [os.path.join(task.raw_data_dir, "task.json")]
-  for name in dict.fromkeys([split, "train", "dev"]):
-    path = task.split_file(name, required=False)
-    if path:
-      files.append(path)
-  return files
+class _UserFiles:
+  """The split files of a user task's folder: ``<split>.<one of extensions>``."""
 
-
-class _UserSentenceTask:
-  """Reading and prediction writing shared by user classification and regression tasks
-  (mixed into the built-in ``SingleOutputTask`` subclasses)."""
-
-  spec: TaskSpec
-
-  def _init_user(self, spec: TaskSpec, labels_path: str | None) -> None:
-    self.spec = spec
-    self.labels_path = labels_path
-    self._counter = _TruncationCounter()
+  extensions: tuple[str, ...]
+  raw_data_dir: str
 
   def split_file(self, split: str, required: bool = True) -> str | None:
-    return find_split(self.raw_data_dir, split, TABLE_EXTENSIONS, required)
+    return find_split(self.raw_data_dir, split, self.extensions, required)
 
   def source_files(self, split: str) -> list[str]:
-    return _source_files(self, split)
+    """The files ``split``'s features are made from (the cache key): task.json, the split's
+    file, and the train and dev files that labels, tag ids or the target range come from."""
+    files = [os.path.join(self.raw_data_dir, "task.json")]
+    for name in dict.fromkeys([split, "train", "dev"]):
+      path = self.split_file(name, required=False)
+      if path:
+        files.append(path)
+    return files
 
   def get_test_splits(self) -> list[str]:
     return ["test"] if self.split_file("test", required=False) else []
+
+
+class _UserSentenceTask(_UserFiles):
+  """Reading and prediction writing shared by user classification and regression tasks
+  (mixed into the built-in ``SingleOutputTask`` subclasses)."""
+
+  extensions = TABLE_EXTENSIONS
+  spec: TaskSpec
+
+  def __init__(self, name: str, spec: TaskSpec, raw_data_dir: str, tokenizer: Any,
+               max_seq_length: int, task_id: int = 0, debug: bool = False,
+               double_unordered: bool = True, labels_path: str | None = None):
+    super().__init__(name, raw_data_dir, tokenizer, max_seq_length, task_id, debug,
+                     double_unordered)
+    self.spec = spec
+    self.labels_path = labels_path  # where labels / score range found in train are kept
+    self._counter = _TruncationCounter()
+    self._values: list[Any] | None = None
+
+  def spec_or_train_values(self) -> list[Any]:
+    """The labels (classification) or score range (regression): task.json's, else found in
+    train once (``_values_from_train``) and kept at ``labels_path``."""
+    if self._values is None:
+      given = self._spec_values()
+      self._values = (list(given) if given
+                      else _stored(self.labels_path, self._values_from_train))
+    return self._values
+
 
   def read_split(self, split: str) -> tuple[str, list[Record]]:
     """(file, rows) of one split; test rows need no label (it is ignored)."""
@@ -117,11 +137,14 @@ class _UserSentenceTask:
                else self.check_label(r.values["label"], path, r.line))
       examples.append(InputExample(i, self.name, r.values["text_a"], r.values.get("text_b"),
                                    label, f"{path}:{r.line}"))
-    if self.spec.symmetric and self.double_unordered and split == "train":
+    if self.swap_copy(split):
       examples += [InputExample(len(records) + e.eid, self.name, e.text_b, e.text_a, e.label,
                                 e.source) for e in examples]
     self._counter.start(self.name, split, len(examples), self.max_seq_length)
     return examples
+
+  def swap_copy(self, split: str) -> bool:
+    return self.spec.symmetric and self.double_unordered and split == "train"
 
   def note_length(self, n_tokens: int) -> None:
     self._counter.add(n_tokens > self.max_seq_length)
@@ -140,26 +163,19 @@ class _UserSentenceTask:
 class UserClassificationTask(_UserSentenceTask, ClassificationTask):
   """Single texts or text pairs with one label each (the ``sst`` / ``mrpc`` code)."""
 
-  def __init__(self, name: str, spec: TaskSpec, raw_data_dir: str, tokenizer: Any,
-               max_seq_length: int, task_id: int = 0, debug: bool = False,
-               double_unordered: bool = True, labels_path: str | None = None):
-    ClassificationTask.__init__(self, name, raw_data_dir, tokenizer, max_seq_length, task_id,
-                                debug, double_unordered)
-    self._init_user(spec, labels_path)
-    self._labels: list[Any] | None = list(spec.labels) if spec.labels else None
+  def _spec_values(self) -> tuple[Any, ...] | None:
+    return self.spec.labels
 
   @property
   def label_values(self) -> list[Any]:
     """The labels as written in the files / task.json, in label-id order."""
-    if self._labels is None:
-      self._labels = _stored(self.labels_path, self._labels_from_train)
-    return self._labels
+    return self.spec_or_train_values()
 
   @property
   def label_list(self) -> tuple[str, ...]:  # the built-in attribute, from the spec or train
     return tuple(label_key(v) for v in self.label_values)
 
-  def _labels_from_train(self) -> list[Any]:
+  def _values_from_train(self) -> list[Any]:
     path, records = self.read_split("train")
     seen: dict[str, Any] = {}
     for r in records:
@@ -183,8 +199,8 @@ class UserClassificationTask(_UserSentenceTask, ClassificationTask):
       return self.spec.metrics
     return ("accuracy", "macro_f1") + (("mcc",) if len(self.label_list) == 2 else ())
 
-  def get_scorer(self, split: str = "dev") -> user_metrics.ClassificationScorer:
-    return user_metrics.ClassificationScorer(self.metrics())
+  def get_scorer(self, split: str = "dev") -> scoring.ClassificationScorer:
+    return scoring.ClassificationScorer(self.metrics())
 
   def prediction_value(self, outputs: dict) -> Any:
     return self.label_values[int(outputs["logits"].argmax())]
@@ -193,19 +209,12 @@ class UserClassificationTask(_UserSentenceTask, ClassificationTask):
 class UserRegressionTask(_UserSentenceTask, RegressionTask):
   """Single texts or text pairs with a real-valued score (the ``sts`` code)."""
 
-  def __init__(self, name: str, spec: TaskSpec, raw_data_dir: str, tokenizer: Any,
-               max_seq_length: int, task_id: int = 0, debug: bool = False,
-               double_unordered: bool = True, labels_path: str | None = None):
-    RegressionTask.__init__(self, name, raw_data_dir, tokenizer, max_seq_length, task_id,
-                            debug, double_unordered)
-    self._init_user(spec, labels_path)
-    self._range: list[float] | None = list(spec.range) if spec.range else None
+  def _spec_values(self) -> tuple[float, float] | None:
+    return self.spec.range
 
   @property
   def score_range(self) -> list[float]:
-    if self._range is None:
-      self._range = _stored(self.labels_path, self._range_from_train)
-    return self._range
+    return self.spec_or_train_values()
 
   @property
   def min_value(self) -> float:  # the built-in attributes, from the spec or train
@@ -215,7 +224,7 @@ class UserRegressionTask(_UserSentenceTask, RegressionTask):
   def max_value(self) -> float:
     return self.score_range[1]
 
-  def _range_from_train(self) -> list[float]:
+  def _values_from_train(self) -> list[float]:
     path, records = self.read_split("train")
     scores = [self._parse(r.values["label"], path, r.line) for r in records]
     low, high = min(scores), max(scores)
@@ -238,16 +247,18 @@ class UserRegressionTask(_UserSentenceTask, RegressionTask):
       return super().check_label(self._parse(label, path, line_num), path, line_num)
     return self._parse(label, path, line_num)
 
-  def get_scorer(self, split: str = "dev") -> user_metrics.RegressionScorer:
-    return user_metrics.RegressionScorer(self.spec.metrics or ("pearson", "spearman"))
+  def get_scorer(self, split: str = "dev") -> scoring.RegressionScorer:
+    return scoring.RegressionScorer(self.spec.metrics or ("pearson", "spearman"))
 
   def prediction_value(self, outputs: dict) -> float:
     return round(float(outputs["predictions"]) * self.max_value + self.min_value, 6)
 
 
-class UserTaggingTask(TaggingTask):
+class UserTaggingTask(_UserFiles, TaggingTask):
   """Word tagging from CoNLL or JSONL files (the ``chunk`` code). Span tags (BIO, IOB2,
   IOBES) are trained as BIOES; the label mapping is the sorted tags of train and dev."""
+
+  extensions = TAGGING_EXTENSIONS
 
   def __init__(self, name: str, spec: TaskSpec, raw_data_dir: str, tokenizer: Any,
                max_seq_length: int, task_id: int = 0, debug: bool = False,
@@ -257,14 +268,6 @@ class UserTaggingTask(TaggingTask):
     self.spec = spec
     self._counter = _TruncationCounter()
 
-  def split_file(self, split: str, required: bool = True) -> str | None:
-    return find_split(self.raw_data_dir, split, TAGGING_EXTENSIONS, required)
-
-  def source_files(self, split: str) -> list[str]:
-    return _source_files(self, split)
-
-  def get_test_splits(self) -> list[str]:
-    return ["test"] if self.split_file("test", required=False) else []
 
   def label_splits(self) -> list[str]:
     return ["train", "dev"]
@@ -309,9 +312,9 @@ class UserTaggingTask(TaggingTask):
     self._counter.add(n_tagged < len(example.words))
     return features
 
-  def get_scorer(self, split: str = "dev") -> user_metrics.TaggingScorer:
+  def get_scorer(self, split: str = "dev") -> scoring.TaggingScorer:
     default = ("precision", "recall", "f1") if self.spec.spans else ("accuracy",)
-    return user_metrics.TaggingScorer(self.label_mapping, self.spec.metrics or default)
+    return scoring.TaggingScorer(self.label_mapping, self.spec.metrics or default)
 
   def write_predictions(self, predictions: Any, out_dir: str) -> str:
     """Writes ``<out_dir>/<name>_predictions.{tsv,jsonl}`` for the test split: CoNLL-style
