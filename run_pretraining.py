@@ -35,9 +35,9 @@ interval: ``total_loss``, ``mlm_loss`` (generator), ``disc_loss``, ``learning_ra
 official eval metrics streamed over the interval's examples (``masked_lm_accuracy``,
 ``sampled_masked_lm_accuracy``, ``disc_accuracy`` / ``precision`` / ``recall`` / ``auc``),
 ``examples_per_second`` and ``model_flops_utilization`` (official FLOP counting, see
-``electra_tf.pretraining.flops.train_flops_per_example``). When the discriminator's recall stays below 0.01
-for 3 log intervals after warmup (its AUC not rising), one console line says so and what to
-try, once, also written to TensorBoard (``disc_collapse`` text, ``disc_collapsed`` scalar;
+``electra_tf.pretraining.flops.train_flops_per_example``). When the discriminator's recall
+stays below 0.01 for 3 log intervals after warmup (its AUC not rising), one console line says so
+and what to try, once, also written to TensorBoard (``disc_collapse`` text, ``disc_collapsed`` scalar;
 ``electra_tf/pretraining/collapse.py``, docs/collapse.md).
 """
 
