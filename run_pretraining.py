@@ -37,8 +37,8 @@ official eval metrics streamed over the interval's examples (``masked_lm_accurac
 ``examples_per_second`` and ``model_flops_utilization`` (official FLOP counting, see
 ``electra_tf.pretraining.flops.train_flops_per_example``). When the discriminator's recall
 stays below 0.01 for 3 log intervals after warmup (its AUC not rising), one console line says so
-and what to try, once, also written to TensorBoard (``disc_collapse`` text, ``disc_collapsed`` scalar;
-``electra_tf/pretraining/collapse.py``, docs/collapse.md).
+and what to try, once, also written to TensorBoard (``disc_collapse`` text, ``disc_collapsed``
+scalar; ``electra_tf/pretraining/collapse.py``, docs/collapse.md).
 """
 
 from __future__ import annotations
