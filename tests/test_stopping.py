@@ -11,6 +11,7 @@ import pathlib
 import re
 import shutil
 import signal
+import socket
 import subprocess
 import sys
 import time
@@ -219,3 +220,33 @@ def test_finetuning_sigint_saves_and_the_rerun_resumes_the_trial(data_dir, vocab
   log = procs.finish(rerun, timeout=300)
   assert rerun.returncode == 0, log[-3000:]
   assert f"Restored {m.group(2)} at step {m.group(1)}" in log
+
+
+def _free_port() -> int:
+  with socket.socket() as s:
+    s.bind(("127.0.0.1", 0))
+    return s.getsockname()[1]
+
+
+@pytest.mark.slow
+def test_a_signal_on_one_worker_stops_every_worker_at_the_same_step(tmp_path):
+  model_dir = tmp_path / "mwms"
+  workers = [f"127.0.0.1:{_free_port()}", f"127.0.0.1:{_free_port()}"]
+  runs = []
+  for index in range(2):
+    tf_config = {"cluster": {"worker": workers}, "task": {"type": "worker", "index": index}}
+    runs.append(subprocess.Popen(
+        [sys.executable, str(pathlib.Path(toy_train.__file__)), "--strategy",
+         "multi_worker_mirrored", "--model_dir", str(model_dir), "--num_train_steps", "1000",
+         "--iterations_per_loop", "1", "--save_checkpoints_steps", "1000", "--step_sleep",
+         "0.2"], env={**ENV, "TF_CONFIG": json.dumps(tf_config)}, stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT, text=True))
+  procs.wait_for_line(runs[0], STEP_LINE, timeout=300)
+  runs[1].send_signal(signal.SIGTERM)  # the other worker only
+  logs = [procs.finish(p, timeout=120) for p in runs]
+  assert [p.returncode for p in runs] == [143, 143], "\n".join(log[-2000:] for log in logs)
+  steps = {int(re.search(STOP_LINE, log).group(1)) for log in logs}
+  assert len(steps) == 1, logs
+  step = steps.pop()
+  assert training.latest_checkpoint(str(model_dir)) == str(model_dir / f"ckpt-{step}")
+  assert not list(model_dir.glob("worker_tmp_*"))  # the other worker's scratch save is gone
