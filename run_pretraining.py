@@ -10,7 +10,9 @@ r"""Pre-trains ELECTRA, Electric or a masked LM (official ``run_pretraining.py``
   D/models/M/eval/                               eval TensorBoard events
   D/models/M/results/unsup_results.txt           eval metrics (``do_eval``)
 
-Rerunning the same command resumes from the latest checkpoint in D/models/M, whose
+Ctrl-C or SIGTERM stops after the step in progress and saves it (exit 130 / 143). Rerunning
+the same command resumes from the newest complete checkpoint in D/models/M, whatever its
+``checkpoint`` state file says (``--restart`` renames the folder aside and starts afresh); its
 hparams.json gives the model's shape (a --hparams value contradicting it is an error). With
 no checkpoint there, the ``init_checkpoint`` hparam (an official TF1 checkpoint, one of ours,
 a convert output folder or a Hugging Face ELECTRA folder; its shape is read or inferred from
@@ -83,6 +85,8 @@ def define_flags() -> None:
   flags.DEFINE_enum("check_data", "auto", ["auto", "true", "false"],
                     "Read every data shard once before step 1 and report every bad one "
                     "(auto: when the shards total < 1 GiB).")
+  flags.DEFINE_bool("restart", False, "Start from step 0 even though the model folder holds "
+                    "checkpoints: it is first renamed to <folder>.before-restart-<n>.")
   flags.DEFINE_float("peak_tflops", None, "Peak TFLOP/s of one device for MFU (default: looked "
                      "up for known GPUs, estimated for CPUs; see electra_tf/training/hardware.py).")
 
@@ -160,10 +164,30 @@ def print_summary(config: Any, results: dict[str, dict[str, float]], start_step:
   console.summary(f"Summary: model {config.model_name}, step {step}", lines)
 
 
+def restart(model_dir: str) -> None:
+  """--restart: the chief renames a model folder holding checkpoints (nothing is deleted)."""
+  import json
+
+  from electra_tf.training.checkpointing import move_aside
+
+  tf_config = json.loads(os.environ.get("TF_CONFIG") or "{}")
+  task = tf_config.get("task", {})
+  if task.get("type") not in (None, "chief") and (
+      task.get("type") != "worker" or task.get("index", 0) != 0
+      or "chief" in tf_config.get("cluster", {})):
+    return  # another worker: the chief moves the folder (as runtime.worker_role decides)
+  aside = move_aside(model_dir)
+  if aside:
+    log(f"--restart: moved {model_dir} to {aside}")
+
+
 def main(argv: Sequence[str]) -> None:
   data_dir, model_name = data_dir_and_model_name(list(argv))
   from electra_tf.config import load_hparams
   from electra_tf.model_source import pretraining_config
+
+  if FLAGS.restart:  # before the config, which reads the old model's hparams.json
+    restart(os.path.join(data_dir, "models", model_name))
 
   # hparams first: their errors need no model building
   config = pretraining_config(model_name, data_dir, load_hparams(FLAGS.hparams), console.log)

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import json
 import os
 import re
 import shutil
@@ -22,6 +23,7 @@ from collections.abc import Iterable, Iterator, Mapping
 import numpy as np
 import tensorflow as tf
 
+from electra_tf import atomic_io
 from electra_tf.names import GLOBAL_STEP, OPTIMIZER_SLOT, OPTIMIZER_STATE, tf1_name
 
 
@@ -71,6 +73,20 @@ def reading(prefix: str) -> Iterator[None]:
                                  f"(TensorFlow: {tf_error_summary(e)})") from None
 
 
+def _refuse_other_hf_model(folder: str) -> None:
+  """A Hugging Face folder of another model type (e.g. BERT) gets its own one-line error."""
+  config = os.path.join(folder, "config.json")
+  try:
+    with tf.io.gfile.GFile(config) as f:
+      model_type = json.load(f).get("model_type")
+  except (tf.errors.OpError, ValueError, AttributeError):
+    return
+  if model_type and model_type != "electra":
+    raise ValueError(f"{folder} is a Hugging Face {model_type.upper()} folder ({config}: "
+                     f"model_type {model_type!r}); an ELECTRA model (model_type 'electra') "
+                     "is expected")
+
+
 def resolve_checkpoint(path: str) -> str:
   """A checkpoint prefix from a prefix or a directory (its latest checkpoint, or model.ckpt)."""
   if tf.io.gfile.isdir(path):
@@ -80,6 +96,7 @@ def resolve_checkpoint(path: str) -> str:
     for name in ("model.ckpt", "ckpt", "tf1/model.ckpt"):  # tf1/: a convert output folder
       if tf.io.gfile.exists(os.path.join(path, name + ".index")):
         return os.path.join(path, name)
+    _refuse_other_hf_model(path)
     raise FileNotFoundError(f"no checkpoint found in directory {path}")
   if tf.io.gfile.exists(path + ".index"):
     return path
@@ -183,10 +200,7 @@ def save_tf1_checkpoint(variables: Mapping[str, tf.Variable | np.ndarray], outpu
     for fname in os.listdir(tmp_dir):
       os.replace(os.path.join(tmp_dir, fname), os.path.join(output_dir, fname))
     state = f'model_checkpoint_path: "{name}"\nall_model_checkpoint_paths: "{name}"\n'
-    tmp_state = os.path.join(tmp_dir, "checkpoint")
-    with open(tmp_state, "w") as f:
-      f.write(state)
-    os.replace(tmp_state, os.path.join(output_dir, "checkpoint"))
+    atomic_io.write_text(os.path.join(output_dir, "checkpoint"), state)
   finally:
     shutil.rmtree(tmp_dir, ignore_errors=True)
   return prefix

@@ -161,13 +161,21 @@ def one_line_errors(prog: str, verbose: bool = False) -> Iterator[None]:
   """Turns any exception into ``<prog>: error: <one line>`` and exit status 1.
 
   With ``verbose`` the traceback is printed first (not for absl's ``UsageError``, a mistake on
-  the command line). ``SystemExit`` and ``KeyboardInterrupt`` pass through unchanged.
+  the command line). An exception carrying an ``exit_code`` (training stopped by a signal,
+  after saving) prints its line and exits with that status; Ctrl-C elsewhere exits 130 with
+  one line. ``SystemExit`` passes through unchanged.
   """
   try:
     yield
-  except (SystemExit, KeyboardInterrupt):
+  except SystemExit:
     raise
+  except KeyboardInterrupt:
+    sys.stderr.write(f"{prog}: interrupted\n")
+    sys.exit(130)
   except Exception as e:  # noqa: BLE001 -- the edge of the program: one line, not a traceback
+    if isinstance(getattr(e, "exit_code", None), int):
+      sys.stderr.write(f"{prog}: {e}\n")
+      sys.exit(e.exit_code)
     if type(e).__name__ == "UsageError":
       sys.exit(f"{prog}: error: {e}")
     if verbose:

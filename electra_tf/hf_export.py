@@ -22,14 +22,13 @@ from __future__ import annotations
 import dataclasses
 import json
 import os
-import tempfile
 from collections.abc import Mapping
 from typing import Any
 
 import numpy as np
 from safetensors.numpy import load_file, save_file
 
-from electra_tf import names
+from electra_tf import atomic_io, names
 from electra_tf.modeling.bert_config import BertConfig
 from electra_tf.names import HfTable
 
@@ -98,20 +97,14 @@ def _take(variables: Mapping[str, np.ndarray], table: HfTable) -> dict[str, np.n
 def _write_model(folder: str, tensors: dict[str, np.ndarray], config: dict[str, Any]) -> None:
   """config.json + model.safetensors, each written to a temp file and renamed into place."""
   os.makedirs(folder, exist_ok=True)
-  fd, tmp = tempfile.mkstemp(prefix=".tmp-", dir=folder)
-  os.close(fd)
-  # "format": "pt" is the metadata transformers' from_pretrained checks in safetensors files.
-  save_file(tensors, tmp, metadata={"format": "pt"})
-  os.replace(tmp, os.path.join(folder, WEIGHTS_FILE))
+  with atomic_io.temp_path(os.path.join(folder, WEIGHTS_FILE)) as tmp:
+    # "format": "pt" is the metadata transformers' from_pretrained checks in safetensors files.
+    save_file(tensors, tmp, metadata={"format": "pt"})
   _write_json(os.path.join(folder, CONFIG_FILE), config)
 
 
 def _write_json(path: str, obj: Any) -> None:
-  tmp = path + ".tmp"
-  with open(tmp, "w") as f:
-    json.dump(obj, f, indent=2, sort_keys=True)
-    f.write("\n")
-  os.replace(tmp, path)
+  atomic_io.write_json(path, obj, indent=2, sort_keys=True)
 
 
 def export_hf(variables: Mapping[str, Any], disc_config: BertConfig | None,

@@ -9,11 +9,10 @@ in ``added_tokens_decoder``) and ``special_tokens_map.json``. The fast-tokenizer
 
 from __future__ import annotations
 
-import json
 import os
-import shutil
-import tempfile
 from typing import Any
+
+from electra_tf import atomic_io
 
 TOKENIZER_CLASS = "ElectraTokenizer"
 # role -> token, in the order transformers writes them
@@ -22,11 +21,7 @@ SPECIAL_TOKENS = {"cls_token": "[CLS]", "mask_token": "[MASK]", "pad_token": "[P
 
 
 def _write(path: str, obj: Any) -> None:
-  fd, tmp = tempfile.mkstemp(prefix=".tmp-", dir=os.path.dirname(path) or ".")
-  with os.fdopen(fd, "w", encoding="utf-8") as f:
-    json.dump(obj, f, indent=2, sort_keys=True)
-    f.write("\n")
-  os.replace(tmp, path)
+  atomic_io.write_json(path, obj, indent=2, sort_keys=True)
 
 
 def read_vocab(vocab_file: str) -> dict[str, int]:
@@ -70,10 +65,7 @@ def write_tokenizer_files(folder: str, vocab_file: str, do_lower_case: bool,
   config = tokenizer_config(vocab, do_lower_case, model_max_length)
   vocab_out = os.path.join(folder, "vocab.txt")
   if not (os.path.exists(vocab_out) and os.path.samefile(vocab_file, vocab_out)):
-    fd, tmp = tempfile.mkstemp(prefix=".tmp-", dir=folder)
-    os.close(fd)
-    shutil.copyfile(vocab_file, tmp)
-    os.replace(tmp, vocab_out)
+    atomic_io.copy_file(vocab_file, vocab_out)
   paths = [vocab_out, os.path.join(folder, "tokenizer_config.json"),
            os.path.join(folder, "special_tokens_map.json")]
   _write(paths[1], config)

@@ -15,7 +15,7 @@ import os
 import sys
 from collections.abc import Mapping, Sequence
 
-from electra_tf import console
+from electra_tf import atomic_io, console
 
 # (tag, label) in plot order; a tag absent from the run is skipped.
 LOSSES = (("total_loss", "total loss"), ("mlm_loss", "generator (MLM) loss"),
@@ -98,10 +98,9 @@ def plot(train: Mapping[str, Sequence[tuple[int, float]]],
   ax_quality.set_title("replaced-token detection and MLM")
   fig.suptitle(title)
   fig.tight_layout()
-  tmp = path + ".tmp.png"
-  fig.savefig(tmp, dpi=100)
+  with atomic_io.temp_path(path) as tmp:
+    fig.savefig(tmp, dpi=100, format="png")
   plt.close(fig)
-  os.replace(tmp, path)
 
 
 def main(argv: Sequence[str] | None = None) -> None:

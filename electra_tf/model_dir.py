@@ -24,11 +24,10 @@ from __future__ import annotations
 import json
 import os
 import re
-import shutil
-import tempfile
 from collections.abc import Mapping
 from typing import Any
 
+from electra_tf import atomic_io
 from electra_tf.config import DEBUG_BERT_SIZES, MODEL_SIZES, get_bert_config
 
 HPARAMS_FILE = "hparams.json"
@@ -54,19 +53,6 @@ PRESET_HEADS = {256: 4, 768: 12, 1024: 16, DEBUG_BERT_SIZES["hidden_size"]:
                 DEBUG_BERT_SIZES["num_attention_heads"]}
 # Fractions the official configs use, preferred when they give the same size.
 _OFFICIAL_FRACTIONS = (1.0, 0.5, 0.25, 0.33333)
-
-
-def _atomic_write(path: str, text: str) -> None:
-  """Writes ``text`` to a temp file beside ``path`` and renames it into place."""
-  fd, tmp = tempfile.mkstemp(prefix=".tmp-", dir=os.path.dirname(path) or ".")
-  try:
-    with os.fdopen(fd, "w", encoding="utf-8") as f:
-      f.write(text)
-    os.replace(tmp, path)
-  except BaseException:
-    if os.path.exists(tmp):
-      os.remove(tmp)
-    raise
 
 
 def stored_hparams(config: Any) -> dict[str, Any]:
@@ -103,12 +89,9 @@ def write_model_files(model_dir: str, config: Any, vocab_file: str | None) -> st
       raise ValueError(f"{vocab_file} has {n} tokens but vocab_size is {values['vocab_size']}")
     target = os.path.join(model_dir, VOCAB_FILE)
     if not (os.path.exists(target) and os.path.samefile(vocab_file, target)):
-      fd, tmp = tempfile.mkstemp(prefix=".tmp-", dir=model_dir)
-      os.close(fd)
-      shutil.copyfile(vocab_file, tmp)
-      os.replace(tmp, target)
+      atomic_io.copy_file(vocab_file, target)
   path = os.path.join(model_dir, HPARAMS_FILE)
-  _atomic_write(path, json.dumps(values, indent=2, sort_keys=True) + "\n")
+  atomic_io.write_json(path, values, indent=2, sort_keys=True)
   return path
 
 

@@ -1,8 +1,9 @@
 """Write a whole output folder next to its destination, then move it into place.
 
 A folder is either the old one or the complete new one: an export that fails or is killed
-leaves the destination untouched (and at worst a hidden ``.<name>.tmp-<pid>`` sibling), and a
-new export never mixes with files of an older one (e.g. an old ``hf/`` beside a new model).
+leaves the destination untouched (and at worst a hidden ``.<name>.tmp-<pid>-*`` sibling, which
+the next successful export removes), and a new export never mixes with files of an older one
+(e.g. an old ``hf/`` beside a new model).
 """
 
 from __future__ import annotations
@@ -12,6 +13,8 @@ import os
 from collections.abc import Iterator
 
 import tensorflow as tf
+
+from electra_tf import atomic_io
 
 
 class OutputDirError(ValueError):
@@ -31,31 +34,15 @@ def check_output_dir(output_dir: str, overwrite: bool) -> None:
 
 @contextlib.contextmanager
 def staged_dir(output_dir: str, overwrite: bool = False) -> Iterator[str]:
-  """Yields a fresh sibling folder to write into; on success it replaces ``output_dir`` whole.
+  """Yields a fresh sibling folder to write into; on success it replaces ``output_dir`` whole
+  and the hidden leftovers of earlier killed exports are removed (atomic_io.staged_dir).
 
   On an exception the sibling is deleted and ``output_dir`` is left as it was.
   """
   output_dir = output_dir.rstrip("/") or output_dir
   check_output_dir(output_dir, overwrite)
-  parent, name = os.path.split(output_dir)
-  parent = parent or "."
-  tf.io.gfile.makedirs(parent)
-  stage = os.path.join(parent, f".{name}.tmp-{os.getpid()}")
-  old = os.path.join(parent, f".{name}.old-{os.getpid()}")
-  for leftover in (stage, old):
-    if tf.io.gfile.exists(leftover):
-      tf.io.gfile.rmtree(leftover)
-  tf.io.gfile.makedirs(stage)
-  try:
+  with atomic_io.staged_dir(output_dir) as stage:
     yield stage
-  except BaseException:
-    tf.io.gfile.rmtree(stage)
-    raise
-  if tf.io.gfile.exists(output_dir):
-    tf.io.gfile.rename(output_dir, old)
-  tf.io.gfile.rename(stage, output_dir)
-  if tf.io.gfile.exists(old):
-    tf.io.gfile.rmtree(old)
 
 
 def relocate(value: object, stage: str, output_dir: str) -> object:

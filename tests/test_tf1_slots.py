@@ -235,3 +235,24 @@ def test_float16_loss_scaled_checkpoint_restores_the_inner_slots(tmp_path, optim
   for name, value in want.items():
     assert np.any(value != 0), name
     np.testing.assert_array_equal(got[name].numpy(), value, name)
+
+
+def test_slots_of_another_optimizer_are_said_to_start_at_zero(trained, data_root, tmp_path,
+                                                             capsys):
+  # issue 21: a LAMB run's tf1/ export as init_checkpoint of an AdamW run
+  config, slots, _ = trained["lamb"]
+  result = convert(config.model_dir, {}, str(tmp_path / "out"))
+  adamw = PretrainingConfig("from_lamb", str(data_root), **TINY, optimizer="adamw",
+                            init_checkpoint=result["tf1"])
+  lines: list[str] = []
+  run = task.build_run(adamw, log_fn=lines.append)
+  run.trainer.log_fn = lines.append
+  run.trainer.restore_or_initialize()
+  n_slots = len(run.optimizer.tf1_slot_variables())
+  said = [line for line in lines if line.startswith("  ignored: ")]
+  assert len(said) == 1, lines
+  example = said[0].split("(e.g. ", 1)[1].split(")", 1)[0]
+  assert example in slots and example.endswith(("/lamb_m", "/lamb_v"))
+  assert said[0] == (f"  ignored: {len(slots)} optimizer-state tensors of another optimizer "
+                     f"(e.g. {example}); {n_slots} of this run's {n_slots} optimizer slots "
+                     "start at zero")

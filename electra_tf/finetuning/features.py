@@ -18,6 +18,8 @@ from typing import Any
 import numpy as np
 import tensorflow as tf
 
+from electra_tf import atomic_io
+
 
 @dataclasses.dataclass(frozen=True)
 class FeatureSpec:
@@ -208,10 +210,7 @@ def key_changes(old: Mapping[str, Any], new: Mapping[str, Any], prefix: str = ""
 
 
 def _write_json_atomically(path: str, value: Any, indent: int | None = None) -> None:
-  tmp = path + ".tmp"
-  with tf.io.gfile.GFile(tmp, "w") as f:
-    json.dump(value, f, indent=indent, sort_keys=True)
-  tf.io.gfile.rename(tmp, path, overwrite=True)
+  atomic_io.write_text(path, json.dumps(value, indent=indent, sort_keys=True))
 
 
 def _read_json(path: str) -> Any:
@@ -251,9 +250,8 @@ def build_or_load_cached(prefix: str, make_feature_dicts, specs: Sequence[Featur
   for path in (key_path, metadata_path):  # an interrupted rebuild must not look complete
     if tf.io.gfile.exists(path):
       tf.io.gfile.remove(path)
-  n = write_tfrecord(make_feature_dicts(), specs, tfrecord_path + ".tmp", pad_to_multiple_of,
-                     padding_task_id)
-  tf.io.gfile.rename(tfrecord_path + ".tmp", tfrecord_path, overwrite=True)
+  with atomic_io.temp_path(tfrecord_path) as tmp:
+    n = write_tfrecord(make_feature_dicts(), specs, tmp, pad_to_multiple_of, padding_task_id)
   _write_json_atomically(metadata_path, {"n_examples": n})
   if key is not None:
     _write_json_atomically(key_path, key, indent=1)

@@ -19,6 +19,8 @@ from typing import Any
 import numpy as np
 import tensorflow as tf
 
+from electra_tf import atomic_io
+
 TrialResults = Mapping[str, Mapping[str, float]]
 
 # (task, split) -> GLUE benchmark submission file name.
@@ -34,10 +36,7 @@ GLUE_TASKS = ("cola", "mrpc", "mnli", "sst", "rte", "qnli", "qqp", "sts", "wnli"
 
 def _atomic_write(path: str, data: bytes | str) -> None:
   tf.io.gfile.makedirs(os.path.dirname(path) or ".")
-  tmp = path + ".tmp"
-  with tf.io.gfile.GFile(tmp, "wb" if isinstance(data, bytes) else "w") as f:
-    f.write(data)
-  tf.io.gfile.rename(tmp, path, overwrite=True)
+  atomic_io.write_bytes(path, data if isinstance(data, bytes) else data.encode("utf-8"))
 
 
 def median_results(results: Sequence[TrialResults]) -> dict[str, dict[str, float]]:

@@ -17,6 +17,8 @@ from electra_tf.finetuning.preprocessing import Preprocessor, make_examples_fn
 from electra_tf.finetuning.runner import ModelRunner
 from electra_tf.model_dir import write_model_files
 
+INTERRUPTED = "INTERRUPTED"  # in a trial's model_dir: resume it instead of starting afresh
+
 
 def heading(message: str) -> None:
   log("=" * 80 + "\n" + message + "\n" + "=" * 80)
@@ -52,12 +54,20 @@ def run_finetuning(config: FinetuningConfig, strategy: tf.distribute.Strategy | 
   preprocessor = Preprocessor(
       config, tasks, make_examples_fn(use_tfds, tfds_data_dir), seed=config.seed,
       source={"use_tfds": use_tfds, "tfds_data_dir": tfds_data_dir if use_tfds else None})
+  if config.do_train and config.do_eval:  # bad dev rows (e.g. an unknown label) fail now,
+    for task in tasks:                     # not after training; the features are cached
+      for split in task.get_dev_splits():
+        preprocessor.prepare([task], split, is_training=False)
   results: list[dict[str, dict[str, float]]] = []
   trial = 1
   while config.num_trials < 0 or trial <= config.num_trials:
     title = f"model={config.model_name}, trial {trial}/{config.num_trials}"
     model_dir = f"{config.model_dir}_{trial}"
-    if config.do_train and tf.io.gfile.exists(model_dir):
+    interrupted = os.path.join(model_dir, INTERRUPTED)
+    if config.do_train and tf.io.gfile.exists(interrupted):  # stopped by a signal: resume it
+      tf.io.gfile.remove(interrupted)
+      log(f"Resuming trial {trial}, interrupted earlier, from {model_dir}")
+    elif config.do_train and tf.io.gfile.exists(model_dir):
       tf.io.gfile.rmtree(model_dir)  # official rmkdir: every trial starts afresh
     if config.do_train:  # the model's shape and vocabulary beside its checkpoints
       for folder in (model_dir, os.path.join(model_dir, "tf1")):
@@ -66,7 +76,12 @@ def run_finetuning(config: FinetuningConfig, strategy: tf.distribute.Strategy | 
                          trial_seed(config.seed, trial))
     if config.do_train:
       heading(f"Start training: {title}")
-      runner.train()
+      try:
+        runner.train()
+      except training.Interrupted:  # saved; the rerun continues this trial, not a fresh one
+        with tf.io.gfile.GFile(interrupted, "w") as f:
+          f.write("stopped by a signal; the next run resumes this trial\n")
+        raise
     elif config.do_eval:
       runner.restore()
     if config.do_eval:

@@ -209,6 +209,12 @@ def init_from_checkpoint(model: PretrainingModel, optimizer: Any, path: str,
   inner.iterations.assign(step)
   log_fn(f"Initialised from {prefix} (TF1) at step {step}: {report.summary()}; "
          f"{len(slots)} optimizer slots loaded")
+  ignored = [k for k in report.unused_optimizer_state if k not in slots and k != "global_step"]
+  if ignored:
+    zero = len(inner.tf1_slot_variables()) - len(slots)
+    log_fn(f"  ignored: {len(ignored)} optimizer-state tensors of another optimizer (e.g. "
+           f"{ignored[0]}); {zero} of this run's {len(inner.tf1_slot_variables())} optimizer "
+           "slots start at zero")
   if report.unused_other:
     log_fn(f"  not used: {', '.join(report.unused_other[:5])}"
            f"{' ...' if len(report.unused_other) > 5 else ''}")

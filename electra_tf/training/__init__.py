@@ -7,6 +7,7 @@ from electra_tf.training.checkpointing import (
     latest_checkpoint,
 )
 from electra_tf.training.errors import InputDataError, NonFiniteLossError
+from electra_tf.training.interrupt import Interrupted
 from electra_tf.training.loop import Trainer, TrainSettings, model_step_fn
 from electra_tf.training.monitoring import secs_to_str, write_results
 from electra_tf.training.runtime import (
@@ -18,7 +19,7 @@ from electra_tf.training.runtime import (
 )
 
 __all__ = [
-    "CheckpointSaveError", "InputDataError", "ModelDirError", "NonFiniteLossError",
+    "CheckpointSaveError", "InputDataError", "Interrupted", "ModelDirError", "NonFiniteLossError",
     "TrainSettings", "Trainer",
     "check_model_dir", "get_strategy", "latest_checkpoint", "model_step_fn", "secs_to_str",
     "set_mixed_precision_policy", "set_seed", "worker_role", "wrap_optimizer", "write_results",

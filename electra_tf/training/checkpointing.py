@@ -6,14 +6,15 @@ tests/test_training.py by SIGKILLing a process inside a save):
      moves the data file to `<prefix>.data-*` and writes `<prefix>.index` last.
   2. Only after that returns does `CheckpointManager` rewrite the `checkpoint` state file, with
      `atomic_write_string_to_file` (write a temp file, rename over the old one).
-So the state file only ever names fully written checkpoints; a kill leaves at worst orphan
-`<prefix>_temp/` or `<prefix>.data-*` files, which the next save at that step overwrites;
-start-up deletes `ckpt-<N>_temp/` folders older than the newest complete checkpoint.
-`latest()` still checks that the named checkpoint's index exists, so a state file damaged by
-hand gives a clear error instead of a silent restart from scratch; a checkpoint whose files
-cannot be read on resume is skipped, with a warning, for the newest older one that can.
-A failed save (e.g. a full disk) deletes its partial files and leaves the previous checkpoint
-as the latest.
+A kill leaves at worst orphan `<prefix>_temp/` or `<prefix>.data-*` files, which the next
+save at that step overwrites; start-up deletes every `ckpt-<N>_temp/` folder (never resumable).
+The checkpoint resumed from is the newest complete one on disk (index and every data shard
+present), whatever the `checkpoint` state file says: a state file deleted or naming files
+deleted by hand is rewritten, with one line, never a restart from step 0 over older
+checkpoints. A checkpoint whose files cannot be read, or whose values hold NaN or Inf, is
+skipped on resume, with a warning, for the newest older one that is usable; the training loop
+never writes a checkpoint holding NaN or Inf. A failed save (e.g. a full disk) deletes its
+partial files and leaves the previous checkpoint as the latest.
 """
 
 from __future__ import annotations
@@ -31,6 +32,7 @@ from electra_tf import checkpoints
 
 _TEMP_DIR_RE = re.compile(r"^ckpt-(\d+)_temp$")
 _INDEX_RE = re.compile(r"^ckpt-(\d+)\.index$")
+_SHARD_RE = re.compile(r"\.data-\d+-of-(\d+)$")
 
 
 class ModelDirError(ValueError):
@@ -88,17 +90,59 @@ def check_model_dir(model_dir: str, bytes_per_checkpoint: int) -> None:
         f"need {need / 2**20:.1f} MiB (2 checkpoints of model + optimizer variables)")
 
 
+def complete_checkpoints(model_dir: str) -> list[str]:
+  """Prefixes of this loop's complete `ckpt-<N>` in model_dir (index and every data shard),
+  newest first."""
+  try:
+    names = tf.io.gfile.listdir(model_dir)
+  except (tf.errors.NotFoundError, tf.errors.FailedPreconditionError, OSError):
+    return []
+  names = set(names)
+  found = []
+  for name in names:
+    m = _INDEX_RE.match(name)
+    if not m:
+      continue
+    stem = name[:-len(".index")]
+    shards = [n for n in names if n.startswith(stem + ".data-")]
+    counts = {int(c.group(1)) for c in map(_SHARD_RE.search, shards) if c}
+    if len(counts) == 1 and len(shards) == counts.pop():
+      found.append((int(m.group(1)), os.path.join(model_dir, stem)))
+  return [p for _, p in sorted(found, reverse=True)]
+
+
 def latest_checkpoint(model_dir: str) -> str | None:
-  """Prefix named by model_dir's `checkpoint` state file, or None; error if its files are gone."""
-  state = tf.train.get_checkpoint_state(model_dir)
-  if state is None or not state.model_checkpoint_path:
+  """Prefix of the newest complete `ckpt-<N>` in model_dir (see module docstring), or None."""
+  found = complete_checkpoints(model_dir)
+  return found[0] if found else None
+
+
+def repair_state_file(model_dir: str) -> str | None:
+  """Points model_dir's `checkpoint` state file at the newest complete checkpoint on disk when
+  it names another one or is missing; returns the line saying so, or None."""
+  found = complete_checkpoints(model_dir)
+  if not found:
     return None
-  path = state.model_checkpoint_path  # relative names come back joined to model_dir already
-  if not tf.io.gfile.exists(path + ".index"):
-    raise FileNotFoundError(
-        f"{os.path.join(model_dir, 'checkpoint')} names {path} but {path}.index does not exist; "
-        "fix or delete the state file to resume from an older checkpoint")
-  return path
+  try:
+    state = tf.train.get_checkpoint_state(model_dir)
+  except (tf.errors.OpError, ValueError):  # an unparsable state file is rewritten too
+    state = None
+  named = state.model_checkpoint_path if state else None
+  if named and os.path.basename(named) == os.path.basename(found[0]):
+    return None
+  tf.compat.v1.train.update_checkpoint_state(model_dir, found[0], list(reversed(found)))
+  said = (f"names {os.path.basename(named)}, which is not complete" if named
+          else "is missing")
+  return (f"The checkpoint state file {os.path.join(model_dir, 'checkpoint')} {said}; "
+          f"resuming from {found[0]}, the newest complete checkpoint")
+
+
+def non_finite_variable(variables: list[tf.Variable]) -> str | None:
+  """Name of the first floating-point variable holding NaN or Inf, or None."""
+  for v in variables:
+    if v.dtype.is_floating and not bool(tf.reduce_all(tf.math.is_finite(v))):
+      return f"variable {v.name}"
+  return None
 
 
 def step_of(checkpoint_path: str) -> int:
@@ -109,72 +153,75 @@ def step_of(checkpoint_path: str) -> int:
 def remove_stale_temp_dirs(model_dir: str) -> list[str]:
   """Deletes `ckpt-<N>_temp/` folders left by a save that was killed; returns their paths.
 
-  Only this loop's temp folders, and only those older than the newest complete checkpoint
-  (N at or below its step, or last modified before its index): a save in progress is newer.
+  Called at start-up, before any save of this run: such a folder is never resumable.
   Local model_dir only (the folders are found by listing it).
   """
   if "://" in model_dir or not os.path.isdir(model_dir):
     return []
-  try:
-    newest = latest_checkpoint(model_dir)
-  except FileNotFoundError:
-    return []
-  if newest is None:
-    return []
-  newest_step, newest_time = step_of(newest), os.path.getmtime(newest + ".index")
   removed = []
   for name in sorted(os.listdir(model_dir)):
-    m = _TEMP_DIR_RE.match(name)
     path = os.path.join(model_dir, name)
-    if not m or not os.path.isdir(path):
-      continue
-    if int(m.group(1)) <= newest_step or os.path.getmtime(path) < newest_time:
+    if _TEMP_DIR_RE.match(name) and os.path.isdir(path):
       shutil.rmtree(path, ignore_errors=True)
       removed.append(path)
   return removed
 
 
-def _older_checkpoints(model_dir: str, step: int) -> list[str]:
-  """Prefixes of complete-looking `ckpt-<N>` (index present) with N < step, newest first."""
-  found = []
-  for index in glob.glob(os.path.join(glob.escape(model_dir), "ckpt-*.index")):
-    m = _INDEX_RE.match(os.path.basename(index))
-    if m and int(m.group(1)) < step:
-      found.append((int(m.group(1)), index[:-len(".index")]))
-  return [p for _, p in sorted(found, reverse=True)]
+def move_aside(model_dir: str) -> str | None:
+  """Renames a model_dir holding checkpoints to `<model_dir>.before-restart-<n>` (the first
+  free n) so a run can start from step 0 without destroying it; returns the new name."""
+  if not complete_checkpoints(model_dir) and not tf.io.gfile.exists(
+      os.path.join(model_dir, "checkpoint")):
+    return None
+  base, n = model_dir.rstrip("/"), 1
+  while tf.io.gfile.exists(f"{base}.before-restart-{n}"):
+    n += 1
+  tf.io.gfile.rename(base, f"{base}.before-restart-{n}")
+  return f"{base}.before-restart-{n}"
+
+
+class NonFiniteCheckpointError(ValueError):
+  """Every checkpoint in model_dir holds NaN or Inf values."""
 
 
 def restore_readable(checkpoint: tf.train.Checkpoint, model_dir: str,
-                     warn: Callable[[str], None]):
-  """Restores the newest checkpoint of model_dir whose files can be read.
+                     warn: Callable[[str], None],
+                     non_finite: Callable[[], str | None] = lambda: None):
+  """Restores the newest checkpoint of model_dir whose files read and whose values are finite.
 
-  Returns (prefix, load status), or (None, None) without a checkpoint. A corrupt newest one
-  (truncated data file, damaged index) is skipped with a warning for the next older one;
-  CorruptCheckpointError if none is readable.
+  Returns (prefix, load status), or (None, None) without a checkpoint. A corrupt one
+  (truncated data file, damaged index), or one after whose restore `non_finite()` names a
+  variable holding NaN or Inf, is skipped with a warning for the next older one;
+  CorruptCheckpointError / NonFiniteCheckpointError if none is usable.
   """
-  newest = latest_checkpoint(model_dir)
-  if newest is None:
-    return None, None
-  candidates = [newest] + _older_checkpoints(model_dir, step_of(newest))
+  candidates = complete_checkpoints(model_dir)
   for i, path in enumerate(candidates):
+    last = i + 1 == len(candidates)
     try:
       with checkpoints.reading(path):
-        return path, checkpoint.restore(path)
+        status = checkpoint.restore(path)
     except checkpoints.CorruptCheckpointError as e:
-      if i + 1 == len(candidates):
+      if last:
         raise
       warn(f"Warning: {e}; resuming from the previous checkpoint {candidates[i + 1]}")
-  raise AssertionError("unreachable")
+      continue
+    bad = non_finite()
+    if bad is None:
+      return path, status
+    problem = f"checkpoint {path} holds NaN or Inf values ({bad})"
+    if last:
+      raise NonFiniteCheckpointError(
+          f"{problem}, and no older checkpoint is usable; rerun with --restart to start "
+          "afresh (the old files are moved aside)")
+    warn(f"Warning: {problem}; resuming from the previous checkpoint {candidates[i + 1]}")
+  return None, None
 
 
 def _remove_partial_save(save_dir: str, step: int) -> None:
   """Deletes what a failed save of `ckpt-<step>` wrote (temp folder, data files, index)."""
   prefix = os.path.join(save_dir, f"ckpt-{step}")
-  try:
-    if latest_checkpoint(save_dir) == prefix:  # never touch a complete checkpoint
-      return
-  except FileNotFoundError:
-    pass
+  if prefix in complete_checkpoints(save_dir):  # never touch a complete checkpoint
+    return
   for path in tf.io.gfile.glob(glob.escape(prefix) + "_temp") + \
       tf.io.gfile.glob(glob.escape(prefix) + ".*"):
     try:
@@ -200,24 +247,36 @@ class CheckpointKeeper:
     self.checkpoint = checkpoint
     self.is_chief = is_chief
     self.save_dir = model_dir if is_chief else os.path.join(model_dir, f"worker_tmp_{task_id}")
-    self._manager = tf.train.CheckpointManager(
-        checkpoint, self.save_dir, max_to_keep=(max_to_keep or None) if is_chief else 1)
+    self._max_to_keep = (max_to_keep or None) if is_chief else 1
+    self._manager = tf.train.CheckpointManager(checkpoint, self.save_dir, self._max_to_keep)
 
   def check(self, bytes_per_checkpoint: int) -> list[str]:
     """Fail-fast check of the folder this worker saves to (see check_model_dir), after the
-    chief deleted stale temp folders of killed saves (returned, to be reported)."""
-    removed = remove_stale_temp_dirs(self.model_dir) if self.is_chief else []
+    chief deleted stale temp folders of killed saves and repaired a stale state file; returns
+    the lines reporting those."""
+    notes = []
+    if self.is_chief:
+      notes = [f"Removed {p}, left by a save that was interrupted"
+               for p in remove_stale_temp_dirs(self.model_dir)]
     check_model_dir(self.save_dir, bytes_per_checkpoint)
-    if not self.is_chief:
+    if self.is_chief:
+      repaired = repair_state_file(self.model_dir)
+      if repaired:
+        notes.append(repaired)
+        # the manager read the old state file: it must keep counting from the files on disk
+        self._manager = tf.train.CheckpointManager(
+            self.checkpoint, self.save_dir, max_to_keep=self._max_to_keep)
+    else:
       tf.io.gfile.rmtree(self.save_dir)  # recreated by each save, deleted after it
-    return removed
+    return notes
 
   def latest(self) -> str | None:
     return latest_checkpoint(self.model_dir)
 
-  def restore(self, warn: Callable[[str], None]):
-    """(prefix, status) of the newest readable checkpoint, or (None, None); see restore_readable."""
-    return restore_readable(self.checkpoint, self.model_dir, warn)
+  def restore(self, warn: Callable[[str], None],
+              non_finite: Callable[[], str | None] = lambda: None):
+    """(prefix, status) of the newest usable checkpoint, or (None, None); see restore_readable."""
+    return restore_readable(self.checkpoint, self.model_dir, warn, non_finite)
 
   def save(self, step: int) -> str:
     """Writes the checkpoint for `step`; returns its prefix (the scratch one on non-chiefs)."""

@@ -39,13 +39,14 @@ micro-batch's step_fn as `features[accumulation.BATCH_TOTALS]`.
 from __future__ import annotations
 
 import dataclasses
+import os
 from collections.abc import Callable, Mapping, Sequence
 
 import tensorflow as tf
 import tf_keras
 
 from electra_tf.console import log
-from electra_tf.training import accumulation, checkpointing, monitoring, runtime
+from electra_tf.training import accumulation, checkpointing, interrupt, monitoring, runtime
 from electra_tf.training.errors import InputDataError, NonFiniteLossError, data_error_line
 
 Features = Mapping[str, tf.Tensor]
@@ -157,9 +158,12 @@ class Trainer:
                                             step=self.global_step)
     self._keeper = checkpointing.CheckpointKeeper(
         self.checkpoint, settings.model_dir, settings.keep_checkpoint_max, self.is_chief, task_id)
-    for stale in self._keeper.check(checkpointing.checkpoint_bytes(
-        list(model.variables) + _optimizer_variables(optimizer))):
-      self.log_fn(f"Removed {stale}, left by a save that was interrupted")
+    self._saved_variables = list(model.variables) + _optimizer_variables(optimizer)
+    for note in self._keeper.check(checkpointing.checkpoint_bytes(self._saved_variables)):
+      self.log_fn(note)
+    self._stop = interrupt.StopRequest()
+    # Several workers: the stop request is all-reduced before each step (see interrupt.py).
+    self._collective_stop = isinstance(strategy, tf.distribute.MultiWorkerMirroredStrategy)
     self._grad_fn = (tf.function(self._forward_backward, jit_compile=True)
                      if settings.jit_compile else self._forward_backward)
     self._default_eval_step = model_step_fn(model, training=False)
@@ -275,14 +279,27 @@ class Trainer:
     def index_of(done):
       return tf.identity(self.global_step) if train else tf.cast(done, tf.int64)
 
+    def stop_signal():
+      """The signal asking to stop before the next step (0: none), agreed by all workers."""
+      if not train:
+        return tf.constant(0)
+      if not self._collective_stop:
+        return self._stop.requested.read_value()
+      per_replica = strategy.run(lambda: tf.reshape(self._stop.requested, [1]))
+      return tf.reduce_max(strategy.gather(per_replica, axis=0))  # ReduceOp has no MAX
+
     @tf.function
     def loop(iterator, num_steps):
       sums = zero_sums(iterator)
       done = tf.constant(0)
       finite = tf.constant(True)
       exhausted = tf.constant(False)
+      stopped = tf.constant(0)
       for _ in tf.range(num_steps):
         if not finite:
+          break
+        stopped = stop_signal()
+        if stopped > 0:
           break
         optional = iterator.get_next_as_optional()
         if not optional.has_value():
@@ -293,15 +310,17 @@ class Trainer:
         done += 1
         if train:
           finite = tf.math.is_finite(out["total_loss"])
-      return sums, done, finite, exhausted
+      return sums, done, finite, exhausted, stopped
 
     return loop
 
   def _run_loop(self, loop: Callable, iterator, num_steps: int):
-    sums, done, finite, exhausted = loop(iterator, tf.constant(num_steps))
-    if int(done) == 0:  # the data ended exactly at a loop boundary: no sums to report
-      return {}, 0, True, True
-    return ({k: float(v) for k, v in sums.items()}, int(done), bool(finite), bool(exhausted))
+    """(metric sums, steps run, loss finite, data ran out, stop signal or 0)."""
+    sums, done, finite, exhausted, stopped = loop(iterator, tf.constant(num_steps))
+    if int(done) == 0:  # stopped or data ended exactly at a loop boundary: no sums to report
+      return {}, 0, True, bool(exhausted), int(stopped)
+    return ({k: float(v) for k, v in sums.items()}, int(done), bool(finite), bool(exhausted),
+            int(stopped))
 
   # ----- public API ---------------------------------------------------------------------------
 
@@ -312,7 +331,9 @@ class Trainer:
     reads. init_fn may return a step (e.g. that of the checkpoint it loaded): it becomes the
     global step, so training continues the schedule from there.
     """
-    path, status = self._keeper.restore(self.log_fn)  # skips unreadable ones, with a warning
+    # skips unreadable ones and ones holding NaN or Inf, with a warning
+    path, status = self._keeper.restore(
+        self.log_fn, lambda: checkpointing.non_finite_variable(self._saved_variables))
     if path is not None:
       try:
         status.assert_existing_objects_matched()
@@ -369,45 +390,76 @@ class Trainer:
                   f"examples per replica per update (global batch {s.train_batch_size}); "
                   f"float32 gradient accumulators: {mib:.3g} MiB per replica")
     try:
-      while step < s.num_train_steps:
-        target = min(s.num_train_steps,
-                     (step // s.iterations_per_loop + 1) * s.iterations_per_loop,
-                     (step // s.save_checkpoints_steps + 1) * s.save_checkpoints_steps)
-        try:
-          sums, done, finite, exhausted = self._run_loop(self._train_loop, iterator,
-                                                         target - step)
-        except (tf.errors.InvalidArgumentError, tf.errors.DataLossError) as e:
-          raise self._data_error(e) from None
-        step = int(self.global_step.numpy())
-        if not finite:
-          raise NonFiniteLossError(
-              f"total_loss became NaN or Inf at step {step}; stopped without saving, the latest "
-              f"checkpoint is {self._keeper.latest() or 'none'}")
-        progress.add(sums if s.log_total_loss else
-                     {k: v for k, v in sums.items() if k != "total_loss"}, done)
-        if exhausted:
-          self.log_fn(f"Training data ran out at step {step} before num_train_steps "
-                      f"{s.num_train_steps}; saving and stopping")
-        end = exhausted or step >= s.num_train_steps
-        if end or step % s.iterations_per_loop == 0:
-          logged = progress.log(step, monitoring.learning_rate_of(self.optimizer),
-                                {m.name: float(m.result()) for m in metrics})
-          if self.interval_hooks:
-            with writer.as_default():
-              for hook in self.interval_hooks:
-                hook(step, logged)
-            writer.flush()
-          for metric in metrics:
-            metric.reset_state()
-        if end or step % s.save_checkpoints_steps == 0:
-          path = self._keeper.save(step)
-          if self.is_chief:
-            self.log_fn(f"Saved {path}")
-        if exhausted:
-          break
+      with self._stop.watching():
+        logged = self._train_loops(iterator, step, progress, metrics, writer)
     finally:
       writer.close()
     return logged
+
+  def _train_loops(self, iterator, step: int, progress: monitoring.Progress,
+                   metrics: Sequence[tf_keras.metrics.Metric],
+                   writer: tf.summary.SummaryWriter) -> dict[str, float]:
+    """Calls the multi-step loop until num_train_steps, a stop signal or the data's end;
+    after each log line, the interval hooks run with ``writer`` as the default writer."""
+    s, logged = self.settings, {}
+    while step < s.num_train_steps:
+      target = min(s.num_train_steps,
+                   (step // s.iterations_per_loop + 1) * s.iterations_per_loop,
+                   (step // s.save_checkpoints_steps + 1) * s.save_checkpoints_steps)
+      try:
+        sums, done, finite, exhausted, stopped = self._run_loop(self._train_loop, iterator,
+                                                                target - step)
+      except (tf.errors.InvalidArgumentError, tf.errors.DataLossError) as e:
+        raise self._data_error(e) from None
+      step = int(self.global_step.numpy())
+      if not finite:
+        raise NonFiniteLossError(
+            f"total_loss became NaN or Inf at step {step}; stopped without saving, the latest "
+            f"checkpoint is {self._keeper.latest() or 'none'}")
+      if done:
+        progress.add(sums if s.log_total_loss else
+                     {k: v for k, v in sums.items() if k != "total_loss"}, done)
+      if exhausted:
+        self.log_fn(f"Training data ran out at step {step} before num_train_steps "
+                    f"{s.num_train_steps}; saving and stopping")
+      end = exhausted or stopped or step >= s.num_train_steps
+      if done and (end or step % s.iterations_per_loop == 0):
+        logged = progress.log(step, monitoring.learning_rate_of(self.optimizer),
+                              {m.name: float(m.result()) for m in metrics})
+        self._run_interval_hooks(step, logged, writer)
+        for metric in metrics:
+          metric.reset_state()
+      if end or step % s.save_checkpoints_steps == 0:
+        self._save(step)
+      if stopped:
+        raise interrupt.Interrupted(
+            f"interrupted at step {step}: saved "
+            f"{os.path.join(s.model_dir, f'ckpt-{step}')}; rerun to resume", stopped)
+      if exhausted:
+        break
+    return logged
+
+  def _run_interval_hooks(self, step: int, logged: dict[str, float],
+                          writer: tf.summary.SummaryWriter) -> None:
+    if self.interval_hooks:
+      with writer.as_default():
+        for hook in self.interval_hooks:
+          hook(step, logged)
+      writer.flush()
+
+  def _save(self, step: int) -> None:
+    """Saves the checkpoint of `step` unless it exists; never one holding NaN or Inf."""
+    latest = self._keeper.latest()
+    if latest is not None and checkpointing.step_of(latest) == step:
+      return  # e.g. a stop request right after a periodic save
+    bad = checkpointing.non_finite_variable(self._saved_variables)
+    if bad is not None:
+      raise NonFiniteLossError(
+          f"{bad} became NaN or Inf at step {step}; stopped without saving, the latest "
+          f"checkpoint is {latest or 'none'}")
+    path = self._keeper.save(step)
+    if self.is_chief:
+      self.log_fn(f"Saved {path}")
 
   def _data_error(self, error: tf.errors.OpError) -> InputDataError:
     """Saves the steps completed before the input pipeline failed; the error to raise.
@@ -418,9 +470,8 @@ class Trainer:
     step = int(self.global_step.numpy())
     latest = self._keeper.latest()
     if step > 0 and (latest is None or checkpointing.step_of(latest) < step):
-      latest = self._keeper.save(step)
-      if self.is_chief:
-        self.log_fn(f"Saved {latest}")
+      self._save(step)
+      latest = self._keeper.latest()
     return InputDataError(f"{data_error_line(error)} (at step {step}; latest checkpoint: "
                           f"{latest or 'none'})")
 
@@ -449,7 +500,7 @@ class Trainer:
       metric.reset_state()
     iterator = iter(self.strategy.distribute_datasets_from_function(dataset_fn))
     try:
-      sums, done, _, _ = self._run_loop(self._eval_loops[key], iterator, num_steps)
+      sums, done, _, _, _ = self._run_loop(self._eval_loops[key], iterator, num_steps)
     except (tf.errors.InvalidArgumentError, tf.errors.DataLossError) as e:
       raise InputDataError(f"{data_error_line(e)} (during evaluation)") from None
     if done < num_steps:

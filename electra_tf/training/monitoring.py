@@ -18,6 +18,8 @@ from collections.abc import Callable, Mapping
 
 import tensorflow as tf
 
+from electra_tf import atomic_io
+
 
 def secs_to_str(secs: float) -> str:
   """3725 -> '1:02:05', 600 -> '10:00', 65 -> '1:05', 5 -> '5' (the official ETAHook's format)."""
@@ -117,7 +119,4 @@ def write_results(path: str, results: Mapping[str, float]) -> None:
   official pre-training code names `results/unsup_results.txt` in its config but never writes it.
   """
   tf.io.gfile.makedirs(path.rsplit("/", 1)[0] if "/" in path else ".")
-  tmp = f"{path}.tmp"
-  with tf.io.gfile.GFile(tmp, "w") as f:
-    f.write("".join(f"{k} = {results[k]}\n" for k in sorted(results)))
-  tf.io.gfile.rename(tmp, path, overwrite=True)
+  atomic_io.write_text(path, "".join(f"{k} = {results[k]}\n" for k in sorted(results)))

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import pathlib
+import re
 import signal
 import subprocess
 import time
@@ -33,3 +34,19 @@ def sigkill_after_first_checkpoint(proc: subprocess.Popen, model_dir: pathlib.Pa
   proc.send_signal(signal.SIGKILL)
   finish(proc)
   assert proc.returncode == -signal.SIGKILL
+
+
+def wait_for_line(proc: subprocess.Popen, pattern: str, timeout: float) -> tuple[re.Match, str]:
+  """Reads `proc`'s output (text, stderr merged) until a line matches `pattern`; returns the
+  match and the output so far. A test failure if the process ends or `timeout` passes first."""
+  deadline, seen = time.time() + timeout, []
+  while time.time() < deadline:
+    line = proc.stdout.readline()
+    if not line and proc.poll() is not None:
+      break
+    seen.append(line)
+    m = re.search(pattern, line)
+    if m:
+      return m, "".join(seen)
+  proc.kill()
+  pytest.fail(f"no line matching {pattern!r}:\n{''.join(seen)[-3000:]}{finish(proc)[-2000:]}")

@@ -181,4 +181,7 @@ def main() -> None:
 
 
 if __name__ == "__main__":
-  main()
+  from electra_tf import console
+
+  with console.one_line_errors("toy_train.py"):  # a stop signal: its line and 128 + signal
+    main()

@@ -18,6 +18,7 @@ from typing import Any
 
 import numpy as np
 
+from electra_tf import atomic_io
 from electra_tf.finetuning.scorers import get_span_labels, get_tags
 from electra_tf.finetuning.user.records import Record, TaggedSentence
 from electra_tf.finetuning.user.spec import TaskSpec
@@ -32,10 +33,7 @@ def outputs_by_eid(predictions: Any) -> dict[int, Mapping[str, Any]]:
 
 def _write(path: str, text: str) -> str:
   os.makedirs(os.path.dirname(path) or ".", exist_ok=True)
-  tmp = path + ".tmp"
-  with open(tmp, "w", encoding="utf-8", newline="") as f:
-    f.write(text)
-  os.replace(tmp, path)
+  atomic_io.write_text(path, text)
   return path
 
 

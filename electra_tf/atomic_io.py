@@ -1,0 +1,163 @@
+"""Atomic writes: a file or a folder appears whole under its final name, or not at all.
+
+Every writer here writes a hidden temporary sibling (``.<name>.tmp-<id>``) and renames it into
+place, so a kill or an error leaves the old content (or nothing) and at worst a hidden
+leftover, which the next successful write of the same name removes. The final file gets the
+mode the umask gives a newly created file (``tempfile.mkstemp`` alone would leave 0600, and a
+shared model would not be readable by another account). Local paths use ``os``; other file
+systems (``gs://`` ...) go through ``tf.io.gfile``.
+
+    write_text(path, text); write_bytes(path, data); write_json(path, obj)
+    with temp_path(path) as tmp: library_that_writes_a_file(tmp)   # e.g. safetensors, PNG
+    with staged_dir(output_dir, overwrite) as stage: write files into stage
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import shutil
+import uuid
+from collections.abc import Iterator
+from typing import Any
+
+_TMP = ".tmp-"
+
+
+def _remote(path: str) -> bool:
+  return "://" in path
+
+
+def _gfile():
+  import tensorflow as tf  # only for non-local paths: local writes need no TensorFlow
+
+  return tf.io.gfile
+
+
+def umask_mode(directory: bool = False) -> int:
+  """The mode the process umask gives a new file (0o666 base) or folder (0o777 base)."""
+  mask = os.umask(0)
+  os.umask(mask)
+  return (0o777 if directory else 0o666) & ~mask
+
+
+def _temp_name(path: str) -> str:
+  parent, name = os.path.split(path)
+  return os.path.join(parent, f".{name}{_TMP}{os.getpid()}-{uuid.uuid4().hex[:8]}")
+
+
+def _writer_alive(suffix: str) -> bool:
+  """True when the temp name's process id (``<pid>-...``) is another live process here."""
+  pid = suffix.split("-", 1)[0]
+  if not pid.isdigit() or int(pid) == os.getpid():
+    return False
+  try:
+    os.kill(int(pid), 0)
+  except ProcessLookupError:
+    return False
+  except OSError:  # alive, another user's
+    return True
+  return True
+
+
+def remove_leftovers(path: str, keep: str | None = None) -> list[str]:
+  """Deletes hidden ``.<name>.tmp-<pid>...`` siblings of ``path`` left by killed writes (not
+  ``keep``, nor those of a process still running); returns them."""
+  parent, name = os.path.split(path.rstrip("/"))
+  parent = parent or "."
+  prefix = f".{name}{_TMP}"
+  fs = _gfile() if _remote(path) else None
+  try:
+    names = fs.listdir(parent) if fs else os.listdir(parent)
+  except (OSError, Exception):  # noqa: BLE001 -- a missing parent has no leftovers
+    return []
+  removed = []
+  for entry in names:
+    entry = entry.rstrip("/")
+    leftover = os.path.join(parent, entry)
+    if (not entry.startswith(prefix) or leftover == keep
+        or _writer_alive(entry[len(prefix):])):
+      continue
+    if fs:
+      (fs.rmtree if fs.isdir(leftover) else fs.remove)(leftover)
+    elif os.path.isdir(leftover):
+      shutil.rmtree(leftover, ignore_errors=True)
+    else:
+      with contextlib.suppress(FileNotFoundError):
+        os.remove(leftover)
+    removed.append(leftover)
+  return removed
+
+
+@contextlib.contextmanager
+def temp_path(path: str) -> Iterator[str]:
+  """Yields a temporary sibling path to write ``path``'s content to; on success it becomes
+  ``path`` (umask mode), on an exception it is deleted and ``path`` is left as it was."""
+  tmp = _temp_name(path)
+  try:
+    yield tmp
+    if _remote(path):
+      _gfile().rename(tmp, path, overwrite=True)
+    else:
+      os.chmod(tmp, umask_mode())
+      os.replace(tmp, path)
+  except BaseException:
+    with contextlib.suppress(Exception):
+      if _remote(path):
+        _gfile().remove(tmp)
+      elif os.path.exists(tmp):
+        os.remove(tmp)
+    raise
+  remove_leftovers(path)
+
+
+def write_bytes(path: str, data: bytes) -> None:
+  """Writes ``data`` to ``path`` atomically."""
+  with temp_path(path) as tmp:
+    if _remote(path):
+      with _gfile().GFile(tmp, "wb") as f:
+        f.write(data)
+    else:
+      with open(tmp, "wb") as f:
+        f.write(data)
+
+
+def write_text(path: str, text: str) -> None:
+  """Writes ``text`` (UTF-8) to ``path`` atomically."""
+  write_bytes(path, text.encode("utf-8"))
+
+
+def write_json(path: str, obj: Any, **dumps_kwargs: Any) -> None:
+  """Writes ``json.dumps(obj, **dumps_kwargs)`` and a newline to ``path`` atomically."""
+  write_text(path, json.dumps(obj, **dumps_kwargs) + "\n")
+
+
+def copy_file(src: str, path: str) -> None:
+  """Copies ``src`` to ``path`` atomically (local paths)."""
+  with temp_path(path) as tmp:
+    shutil.copyfile(src, tmp)
+
+
+@contextlib.contextmanager
+def staged_dir(output_dir: str) -> Iterator[str]:
+  """Yields a fresh hidden sibling folder; on success it replaces ``output_dir`` whole (the old
+  one, if any, is deleted) and leftovers of earlier killed writes are removed. On an exception
+  the sibling is deleted and ``output_dir`` is left as it was."""
+  output_dir = output_dir.rstrip("/") or output_dir
+  fs = _gfile()
+  parent = os.path.dirname(output_dir) or "."
+  fs.makedirs(parent)
+  stage = _temp_name(output_dir)
+  fs.makedirs(stage)
+  try:
+    yield stage
+  except BaseException:
+    with contextlib.suppress(Exception):
+      fs.rmtree(stage)
+    raise
+  old = _temp_name(output_dir)  # also a leftover pattern: a kill between the renames is cleaned
+  if fs.exists(output_dir):
+    fs.rename(output_dir, old)
+  fs.rename(stage, output_dir)
+  remove_leftovers(output_dir)

@@ -1,0 +1,102 @@
+"""Leftovers and silence: killed writes leave nothing a rerun keeps, written files get the
+umask's mode, a stale checkpoint temp folder goes at start, a BERT folder and a bad dev label
+are named before any work. Real files, real SIGKILLed subprocesses.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import pathlib
+import signal
+import stat
+import subprocess
+import sys
+
+import pytest
+from helpers import toy_train
+from helpers.paths import REPO_ROOT
+
+from electra_tf import atomic_io, checkpoints, hf_tokenizer, staging, training
+from electra_tf.config import FinetuningConfig, PretrainingConfig
+from electra_tf.finetuning.trials import run_finetuning
+from electra_tf.model_dir import write_model_files
+
+ENV = {**os.environ, "TF_CPP_MIN_LOG_LEVEL": "3", "CUDA_VISIBLE_DEVICES": "-1",
+       "TF_USE_LEGACY_KERAS": "1", "PYTHONPATH": str(REPO_ROOT)}
+
+
+@pytest.fixture
+def umask_022():
+  old = os.umask(0o022)
+  yield
+  os.umask(old)
+
+
+def _mode(path: pathlib.Path) -> int:
+  return stat.S_IMODE(path.stat().st_mode)
+
+
+def test_written_files_get_the_umask_mode(tmp_path, vocab_file, umask_022):
+  config = PretrainingConfig("m", str(tmp_path), model_size="small", vocab_file=vocab_file)
+  write_model_files(str(tmp_path / "model"), config, vocab_file)
+  hf_tokenizer.write_tokenizer_files(str(tmp_path / "hf"), vocab_file, do_lower_case=True)
+  with atomic_io.temp_path(str(tmp_path / "weights.bin")) as tmp:
+    pathlib.Path(tmp).write_bytes(b"\0" * 8)
+  written = [p for p in tmp_path.rglob("*") if p.is_file()]
+  assert len(written) == 6 and {_mode(p) for p in written} == {0o644}, \
+      {str(p): oct(_mode(p)) for p in written}
+  assert not [p for p in tmp_path.rglob(".*")]  # no temporary file left
+
+
+def test_a_killed_export_leftover_goes_with_the_next_successful_one(tmp_path):
+  out = tmp_path / "export"
+  killed = subprocess.run(
+      [sys.executable, "-c", "import os, signal; from electra_tf import staging\n"
+       f"with staging.staged_dir({str(out)!r}) as stage:\n"
+       "  open(os.path.join(stage, 'big.bin'), 'wb').write(b'x' * 1000)\n"
+       "  os.kill(os.getpid(), signal.SIGKILL)"],
+      env=ENV, capture_output=True, text=True, timeout=120)
+  assert killed.returncode == -signal.SIGKILL, killed.stderr
+  leftovers = [p.name for p in tmp_path.iterdir() if p.name.startswith(".export.tmp-")]
+  assert len(leftovers) == 1 and not out.exists()
+  with staging.staged_dir(str(out)) as stage:
+    pathlib.Path(stage, "model.txt").write_text("new\n")
+  assert sorted(p.name for p in tmp_path.iterdir()) == ["export"]
+  assert (out / "model.txt").read_text() == "new\n"
+
+
+def test_a_stale_checkpoint_temp_folder_goes_at_start_whatever_its_step(tmp_path):
+  toy_train.run(training.get_strategy("one_device", num_gpus=0), str(tmp_path), 10,
+                log_fn=lambda line: None)
+  (tmp_path / "ckpt-60_temp").mkdir()  # a save killed in an earlier, longer run
+  (tmp_path / "ckpt-60_temp" / "part-00000-of-00001.data-00000-of-00001").write_bytes(b"x")
+  lines: list[str] = []
+  toy_train.run(training.get_strategy("one_device", num_gpus=0), str(tmp_path), 10,
+                log_fn=lines.append)
+  assert f"Removed {tmp_path}/ckpt-60_temp, left by a save that was interrupted" in lines
+  assert not (tmp_path / "ckpt-60_temp").exists()
+
+
+def test_a_bert_folder_is_named_as_such(tmp_path):
+  (tmp_path / "config.json").write_text(json.dumps({"model_type": "bert", "hidden_size": 64}))
+  with pytest.raises(ValueError, match=rf"^{tmp_path} is a Hugging Face BERT folder \(.*"
+                     r"model_type 'bert'\); an ELECTRA model \(model_type 'electra'\) is "
+                     r"expected$"):
+    checkpoints.resolve_checkpoint(str(tmp_path))
+
+
+def test_an_unknown_dev_label_fails_before_training(tmp_path, vocab_file, capsys):
+  task = tmp_path / "finetuning_data" / "reviews"
+  task.mkdir(parents=True)
+  (task / "task.json").write_text(json.dumps({"type": "classification", "text_a": "text",
+                                              "label": "label", "labels": ["neg", "pos"]}))
+  (task / "train.csv").write_text("text,label\na fine film,pos\na dull film,neg\n")
+  (task / "dev.csv").write_text("text,label\nan odd film,neutral\n")
+  config = FinetuningConfig("m", str(tmp_path), task_names=["reviews"], init_checkpoint=None,
+                            vocab_file=vocab_file, max_seq_length=32, train_batch_size=2,
+                            model_hparam_overrides={"hidden_size": 64,
+                                                    "num_hidden_layers": 2})
+  with pytest.raises(ValueError, match=r"dev\.csv.*unknown label 'neutral'"):
+    run_finetuning(config)
+  assert "Start training" not in capsys.readouterr().out

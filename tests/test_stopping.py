@@ -1,0 +1,252 @@
+"""Stopping safely: SIGINT / SIGTERM save the step in progress and say how to resume, a second
+signal exits at once, no checkpoint holds NaN or Inf, a resume never starts over older
+checkpoints. Real subprocesses, real signals, real TFRecords from ../shared/data.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import pathlib
+import re
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import time
+
+import numpy as np
+import pytest
+import tensorflow as tf
+from helpers import procs, toy_train
+from helpers.paths import REPO_ROOT
+
+from data_prep import build_pretraining_dataset as bpd
+from electra_tf import training
+from electra_tf.training import checkpointing
+
+ENV = {**os.environ, "TF_CPP_MIN_LOG_LEVEL": "3", "CUDA_VISIBLE_DEVICES": "-1",
+       "TF_USE_LEGACY_KERAS": "1", "PYTHONUNBUFFERED": "1"}  # step lines arrive as printed
+TINY = {"model_hparam_overrides": {"hidden_size": 64, "num_hidden_layers": 2},
+        "embedding_size": 64, "max_seq_length": 32, "train_batch_size": 8,
+        "num_train_steps": 10**6, "iterations_per_loop": 2, "save_checkpoints_steps": 10**5,
+        "num_warmup_steps": 1, "seed": 3}
+STEP_LINE = r"^(\d+)/\d+ = "
+STOP_LINE = r"interrupted at step (\d+): saved (\S+); rerun to resume"
+
+
+@pytest.fixture(scope="module")
+def pretrain_dir(tmp_path_factory, data_dir, vocab_file) -> pathlib.Path:
+  """data_dir in the official layout: vocab.txt + pretrain_tfrecords/ from real text."""
+  root = tmp_path_factory.mktemp("stopping")
+  corpus = root / "corpus"
+  corpus.mkdir()
+  with open(data_dir / "gutenberg" / "austen-emma.txt", encoding="utf-8") as f:
+    (corpus / "emma.txt").write_text(f.read(30000), encoding="utf-8")
+  shutil.copy(vocab_file, root / "vocab.txt")
+  bpd.build(bpd.BuildArgs(corpus_dir=str(corpus), vocab_file=vocab_file,
+                          output_dir=str(root / "pretrain_tfrecords"), max_seq_length=32,
+                          num_out_files=1, seed=1))
+  return root
+
+
+def _pretrain(data_dir: pathlib.Path, name: str, hparams: dict, *flags: str
+              ) -> subprocess.Popen:
+  return subprocess.Popen(
+      [sys.executable, str(REPO_ROOT / "run_pretraining.py"), "--data_dir", str(data_dir),
+       "--model_name", name, "--hparams", json.dumps(hparams), *flags],
+      cwd=REPO_ROOT, env=ENV, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+
+
+def _signal_after_a_step(proc: subprocess.Popen, signum: int) -> tuple[int, str]:
+  """Sends `signum` once a progress line appears; returns (its step, the whole output)."""
+  m, before = procs.wait_for_line(proc, STEP_LINE, timeout=300)
+  proc.send_signal(signum)
+  return int(m.group(1)), before + procs.finish(proc, timeout=120)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("signum", [signal.SIGINT, signal.SIGTERM])
+def test_a_signal_saves_the_step_in_progress_and_a_rerun_resumes(pretrain_dir, signum):
+  name = f"stopped_{signum}"
+  model_dir = pretrain_dir / "models" / name
+  proc = _pretrain(pretrain_dir, name, TINY)
+  seen, log = _signal_after_a_step(proc, signum)
+  assert proc.returncode == 128 + signum and "Traceback" not in log, log[-3000:]
+  m = re.search(STOP_LINE, log)
+  assert m, log[-3000:]
+  step, path = int(m.group(1)), m.group(2)
+  assert step >= seen and path == str(model_dir / f"ckpt-{step}")
+  assert training.latest_checkpoint(str(model_dir)) == path
+  if signum == signal.SIGTERM:
+    return
+  rerun = _pretrain(pretrain_dir, name, {**TINY, "num_train_steps": step + 2})
+  log = procs.finish(rerun, timeout=300)
+  assert rerun.returncode == 0, log[-3000:]
+  assert f"Restored {path} at step {step}" in log
+  assert training.latest_checkpoint(str(model_dir)) == str(model_dir / f"ckpt-{step + 2}")
+
+
+def test_a_second_signal_exits_at_once_without_saving(tmp_path):
+  # one-second steps: the second SIGINT lands while the first waits for its step to end
+  proc = subprocess.Popen(
+      [sys.executable, str(pathlib.Path(toy_train.__file__)), "--model_dir", str(tmp_path),
+       "--num_train_steps", "1000", "--iterations_per_loop", "1",
+       "--save_checkpoints_steps", "1000", "--step_sleep", "1.0"],
+      env=ENV, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+  procs.wait_for_line(proc, STEP_LINE, timeout=240)
+  proc.send_signal(signal.SIGINT)
+  time.sleep(0.3)  # signals of one kind do not queue: the first must be seen first
+  proc.send_signal(signal.SIGINT)
+  log = procs.finish(proc, timeout=10)
+  assert proc.returncode == 130, log[-3000:]
+  assert "SIGINT again: exiting at once without saving" in log
+  assert "Traceback" not in log and "interrupted at step" not in log
+  assert training.latest_checkpoint(str(tmp_path)) is None
+
+
+# ----- no poisoned checkpoint ------------------------------------------------------------------
+
+
+@pytest.mark.slow
+def test_a_huge_learning_rate_never_writes_a_non_finite_checkpoint(pretrain_dir):
+  name = "poisoned"
+  model_dir = pretrain_dir / "models" / name
+  hparams = {**TINY, "num_train_steps": 40, "iterations_per_loop": 1,
+             "save_checkpoints_steps": 1, "learning_rate": 1e6}
+  proc = _pretrain(pretrain_dir, name, hparams)
+  log = procs.finish(proc, timeout=300)
+  assert proc.returncode == 1, log[-3000:]
+  m = re.search(r"NaN or Inf at step (\d+); stopped without saving, the latest checkpoint is "
+                r"(\S+)\n", log)
+  assert m, log[-3000:]
+  saved = sorted(model_dir.glob("ckpt-*.index"))
+  assert saved and m.group(2) == training.latest_checkpoint(str(model_dir))
+  for index in saved:
+    reader = tf.train.load_checkpoint(str(index)[:-len(".index")])
+    for key, dtype in reader.get_variable_to_dtype_map().items():
+      if dtype.is_floating:
+        assert np.isfinite(reader.get_tensor(key)).all(), (index.name, key)
+
+
+def _poison(prefix: str) -> None:
+  """Rewrites checkpoint `prefix` with NaN in its first float tensor (a poisoned old save)."""
+  step = checkpointing.step_of(prefix)
+  model, optimizer = toy_train.build(training.get_strategy("one_device", num_gpus=0), 30)
+  ckpt = tf.train.Checkpoint(model=model, optimizer=optimizer,
+                             step=tf.Variable(step, dtype=tf.int64))
+  ckpt.restore(prefix).assert_existing_objects_matched()
+  model.head.kernel.assign(model.head.kernel * float("nan"))
+  ckpt.write(prefix)
+
+
+def test_resume_falls_back_past_a_non_finite_checkpoint(tmp_path):
+  toy_train.run(training.get_strategy("one_device", num_gpus=0), str(tmp_path), 20,
+                log_fn=lambda line: None)
+  _poison(str(tmp_path / "ckpt-20"))
+  lines: list[str] = []
+  summary = toy_train.run(training.get_strategy("one_device", num_gpus=0), str(tmp_path), 30,
+                          log_fn=lines.append)
+  warnings = [line for line in lines if "NaN or Inf" in line]
+  assert warnings == [f"Warning: checkpoint {tmp_path}/ckpt-20 holds NaN or Inf values "
+                      f"(variable toy/head/kernel:0); resuming from the previous checkpoint "
+                      f"{tmp_path}/ckpt-10"], lines
+  assert summary["start_step"] == 10 and summary["final_step"] == 30
+
+
+# ----- resume from what is on disk -------------------------------------------------------------
+
+
+def test_a_deleted_state_file_or_newest_checkpoint_resumes_from_the_newest_on_disk(tmp_path):
+  quiet = training.get_strategy("one_device", num_gpus=0)
+  toy_train.run(quiet, str(tmp_path), 30, log_fn=lambda line: None)
+  for f in tmp_path.glob("ckpt-30.*"):
+    f.unlink()
+  (tmp_path / "checkpoint").unlink()
+  lines: list[str] = []
+  summary = toy_train.run(quiet, str(tmp_path), 40, log_fn=lines.append)
+  assert (f"The checkpoint state file {tmp_path}/checkpoint is missing; resuming from "
+          f"{tmp_path}/ckpt-20, the newest complete checkpoint") in lines
+  assert summary["start_step"] == 20 and summary["final_step"] == 40
+  for f in tmp_path.glob("ckpt-40.*"):  # the state file now names a checkpoint that is gone
+    f.unlink()
+  lines.clear()
+  summary = toy_train.run(quiet, str(tmp_path), 40, log_fn=lines.append)
+  assert (f"The checkpoint state file {tmp_path}/checkpoint names ckpt-40, which is not "
+          f"complete; resuming from {tmp_path}/ckpt-30, the newest complete checkpoint") in lines
+  assert summary["start_step"] == 30
+
+
+@pytest.mark.slow
+def test_restart_moves_the_old_run_aside(pretrain_dir):
+  name = "restarted"
+  model_dir = pretrain_dir / "models" / name
+  hparams = {**TINY, "num_train_steps": 2, "save_checkpoints_steps": 1}
+  for flags in ((), ("--restart",)):
+    log = procs.finish(_pretrain(pretrain_dir, name, hparams, *flags), timeout=300)
+  assert "Running training from step 0" in log, log[-3000:]
+  aside = model_dir.parent / f"{name}.before-restart-1"
+  assert f"--restart: moved {model_dir} to {aside}" in log
+  assert sorted(p.name for p in aside.glob("*.index")) == ["ckpt-1.index", "ckpt-2.index"]
+  assert sorted(p.name for p in model_dir.glob("*.index")) == ["ckpt-1.index", "ckpt-2.index"]
+
+
+@pytest.mark.slow
+def test_finetuning_sigint_saves_and_the_rerun_resumes_the_trial(data_dir, vocab_file, tmp_path):
+  task_dir = tmp_path / "finetuning_data" / "rte"
+  task_dir.mkdir(parents=True)
+  for split in ("train", "dev"):
+    shutil.copy(data_dir / "glue" / "RTE" / f"{split}.tsv", task_dir / f"{split}.tsv")
+  hparams = {"model_hparam_overrides": {"hidden_size": 64, "num_hidden_layers": 2},
+             "embedding_size": 64, "max_seq_length": 32, "train_batch_size": 8,
+             "eval_batch_size": 8, "init_checkpoint": None, "seed": 3, "vocab_file": vocab_file,
+             "task_names": ["rte"], "iterations_per_loop": 2, "num_train_epochs": 100.0,
+             "do_eval": False}
+
+  def finetune(**more):
+    return subprocess.Popen(
+        [sys.executable, str(REPO_ROOT / "run_finetuning.py"), "--data_dir", str(tmp_path),
+         "--model_name", "m", "--hparams", json.dumps({**hparams, **more})],
+        cwd=REPO_ROOT, env=ENV, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+
+  proc = finetune()
+  _, log = _signal_after_a_step(proc, signal.SIGINT)
+  m = re.search(STOP_LINE, log)
+  assert proc.returncode == 130 and m and "Traceback" not in log, log[-3000:]
+  step = int(m.group(1))
+  rows = len((task_dir / "train.tsv").read_text(encoding="utf-8").splitlines()) - 1
+  rerun = finetune(num_train_epochs=(step + 1) * 8 / rows)  # resumes the trial: a step or two
+  log = procs.finish(rerun, timeout=300)
+  assert rerun.returncode == 0, log[-3000:]
+  assert f"Restored {m.group(2)} at step {m.group(1)}" in log
+
+
+def _free_port() -> int:
+  with socket.socket() as s:
+    s.bind(("127.0.0.1", 0))
+    return s.getsockname()[1]
+
+
+@pytest.mark.slow
+def test_a_signal_on_one_worker_stops_every_worker_at_the_same_step(tmp_path):
+  model_dir = tmp_path / "mwms"
+  workers = [f"127.0.0.1:{_free_port()}", f"127.0.0.1:{_free_port()}"]
+  runs = []
+  for index in range(2):
+    tf_config = {"cluster": {"worker": workers}, "task": {"type": "worker", "index": index}}
+    runs.append(subprocess.Popen(
+        [sys.executable, str(pathlib.Path(toy_train.__file__)), "--strategy",
+         "multi_worker_mirrored", "--model_dir", str(model_dir), "--num_train_steps", "1000",
+         "--iterations_per_loop", "1", "--save_checkpoints_steps", "1000", "--step_sleep",
+         "0.2"], env={**ENV, "TF_CONFIG": json.dumps(tf_config)}, stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT, text=True))
+  procs.wait_for_line(runs[0], STEP_LINE, timeout=300)
+  runs[1].send_signal(signal.SIGTERM)  # the other worker only
+  logs = [procs.finish(p, timeout=120) for p in runs]
+  assert [p.returncode for p in runs] == [143, 143], "\n".join(log[-2000:] for log in logs)
+  steps = {int(re.search(STOP_LINE, log).group(1)) for log in logs}
+  assert len(steps) == 1, logs
+  step = steps.pop()
+  assert training.latest_checkpoint(str(model_dir)) == str(model_dir / f"ckpt-{step}")
+  assert not list(model_dir.glob("worker_tmp_*"))  # the other worker's scratch save is gone
