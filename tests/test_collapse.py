@@ -5,15 +5,14 @@ TensorBoard record, and a real run_pretraining.py whose discriminator collapses.
 import json
 import os
 import pathlib
-import shutil
 import subprocess
 import sys
 
 import pytest
 import tensorflow as tf
+from helpers import pretrain_data
 from helpers.paths import REPO_ROOT
 
-from data_prep import build_pretraining_dataset as bpd
 from electra_tf.pretraining import collapse
 from electra_tf.pretraining.collapse import CollapseWatch, collapse_message
 
@@ -100,16 +99,8 @@ def test_records_text_and_flag_in_tensorboard_once(tmp_path):
 def test_run_pretraining_says_once_that_the_discriminator_collapsed(tmp_path, data_dir,
                                                                    vocab_file):
   """A tiny ELECTRA at learning rate 0.1: its discriminator answers "original" everywhere."""
-  corpus = tmp_path / "corpus"
-  corpus.mkdir()
-  for name, src in (("emma.txt", data_dir / "gutenberg" / "austen-emma.txt"),
-                    ("wiki.txt", data_dir / "wikitext2" / "wiki.test.raw")):
-    with open(src, encoding="utf-8") as f:
-      (corpus / name).write_text(f.read(40000), encoding="utf-8")
-  shutil.copy(vocab_file, tmp_path / "vocab.txt")
-  bpd.build(bpd.BuildArgs(corpus_dir=str(corpus), vocab_file=vocab_file,
-                          output_dir=str(tmp_path / "pretrain_tfrecords"), max_seq_length=32,
-                          num_out_files=2, seed=1))
+  pretrain_data.build_data_dir(tmp_path, vocab_file, pretrain_data.emma_and_wiki(data_dir),
+                               num_out_files=2)
   hparams = {"model_size": "small", "embedding_size": 16, "max_seq_length": 32,
              "model_hparam_overrides": {"hidden_size": 32, "num_hidden_layers": 2},
              "train_batch_size": 8, "num_train_steps": 40, "iterations_per_loop": 5,

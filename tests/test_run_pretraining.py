@@ -13,10 +13,9 @@ import sys
 import numpy as np
 import pytest
 import tensorflow as tf
-from helpers import procs
+from helpers import pretrain_data, procs
 
 import run_pretraining as rp
-from data_prep import build_pretraining_dataset as bpd
 from electra_tf import training
 from electra_tf.config import PretrainingConfig
 from electra_tf.optimization import learning_rate_at
@@ -51,18 +50,8 @@ REPLICA_ATOL = 1e-6
 @pytest.fixture(scope="module")
 def pretrain_dir(tmp_path_factory, data_dir, vocab_file) -> pathlib.Path:
   """data_dir in the official layout: vocab.txt + pretrain_tfrecords/ from real text."""
-  root = tmp_path_factory.mktemp("pretrain")
-  corpus = root / "corpus"
-  corpus.mkdir()
-  for name, src in (("emma.txt", data_dir / "gutenberg" / "austen-emma.txt"),
-                    ("wiki.txt", data_dir / "wikitext2" / "wiki.test.raw")):
-    with open(src, encoding="utf-8") as f:
-      (corpus / name).write_text(f.read(40000), encoding="utf-8")
-  shutil.copy(vocab_file, root / "vocab.txt")
-  bpd.build(bpd.BuildArgs(corpus_dir=str(corpus), vocab_file=vocab_file,
-                          output_dir=str(root / "pretrain_tfrecords"), max_seq_length=32,
-                          num_out_files=2, seed=1))
-  return root
+  return pretrain_data.build_data_dir(tmp_path_factory.mktemp("pretrain"), vocab_file,
+                                      pretrain_data.emma_and_wiki(data_dir), num_out_files=2)
 
 
 def _scalars(folder: pathlib.Path) -> dict[str, dict[int, float]]:

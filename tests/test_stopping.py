@@ -11,7 +11,6 @@ import pathlib
 import re
 import shutil
 import signal
-import socket
 import subprocess
 import sys
 import time
@@ -19,10 +18,9 @@ import time
 import numpy as np
 import pytest
 import tensorflow as tf
-from helpers import procs, toy_train
+from helpers import pretrain_data, procs, toy_train
 from helpers.paths import REPO_ROOT
 
-from data_prep import build_pretraining_dataset as bpd
 from electra_tf import training
 from electra_tf.training import checkpointing
 
@@ -39,16 +37,9 @@ STOP_LINE = r"interrupted at step (\d+): saved (\S+); rerun to resume"
 @pytest.fixture(scope="module")
 def pretrain_dir(tmp_path_factory, data_dir, vocab_file) -> pathlib.Path:
   """data_dir in the official layout: vocab.txt + pretrain_tfrecords/ from real text."""
-  root = tmp_path_factory.mktemp("stopping")
-  corpus = root / "corpus"
-  corpus.mkdir()
-  with open(data_dir / "gutenberg" / "austen-emma.txt", encoding="utf-8") as f:
-    (corpus / "emma.txt").write_text(f.read(30000), encoding="utf-8")
-  shutil.copy(vocab_file, root / "vocab.txt")
-  bpd.build(bpd.BuildArgs(corpus_dir=str(corpus), vocab_file=vocab_file,
-                          output_dir=str(root / "pretrain_tfrecords"), max_seq_length=32,
-                          num_out_files=1, seed=1))
-  return root
+  return pretrain_data.build_data_dir(
+      tmp_path_factory.mktemp("stopping"), vocab_file,
+      {"emma.txt": (data_dir / "gutenberg" / "austen-emma.txt", 30000)})
 
 
 def _pretrain(data_dir: pathlib.Path, name: str, hparams: dict, *flags: str
@@ -222,16 +213,10 @@ def test_finetuning_sigint_saves_and_the_rerun_resumes_the_trial(data_dir, vocab
   assert f"Restored {m.group(2)} at step {m.group(1)}" in log
 
 
-def _free_port() -> int:
-  with socket.socket() as s:
-    s.bind(("127.0.0.1", 0))
-    return s.getsockname()[1]
-
-
 @pytest.mark.slow
 def test_a_signal_on_one_worker_stops_every_worker_at_the_same_step(tmp_path):
   model_dir = tmp_path / "mwms"
-  workers = [f"127.0.0.1:{_free_port()}", f"127.0.0.1:{_free_port()}"]
+  workers = [f"127.0.0.1:{pretrain_data.free_port()}" for _ in range(2)]
   runs = []
   for index in range(2):
     tf_config = {"cluster": {"worker": workers}, "task": {"type": "worker", "index": index}}

@@ -12,9 +12,9 @@ import shutil
 import numpy as np
 import pytest
 import tensorflow as tf
+from helpers import pretrain_data
 from helpers.checkpoint_asserts import assert_same_checkpoint
 
-from data_prep import build_pretraining_dataset as bpd
 from electra_tf import checkpoints, model_dir, names
 from electra_tf.config import FinetuningConfig, PretrainingConfig
 from electra_tf.convert import convert, convert_finetuned, training_slots
@@ -40,16 +40,9 @@ def _quiet(line):
 @pytest.fixture(scope="module")
 def data_root(tmp_path_factory, data_dir, vocab_file) -> pathlib.Path:
   """The official data_dir layout: vocab.txt + pretrain_tfrecords/ from a little real text."""
-  root = tmp_path_factory.mktemp("slots")
-  corpus = root / "corpus"
-  corpus.mkdir()
-  with open(data_dir / "gutenberg" / "austen-emma.txt", encoding="utf-8") as f:
-    (corpus / "emma.txt").write_text(f.read(20000), encoding="utf-8")
-  shutil.copy(vocab_file, root / "vocab.txt")
-  bpd.build(bpd.BuildArgs(corpus_dir=str(corpus), vocab_file=vocab_file,
-                          output_dir=str(root / "pretrain_tfrecords"), max_seq_length=32,
-                          num_out_files=1, seed=1))
-  return root
+  return pretrain_data.build_data_dir(
+      tmp_path_factory.mktemp("slots"), vocab_file,
+      {"emma.txt": (data_dir / "gutenberg" / "austen-emma.txt", 20000)})
 
 
 @pytest.fixture(scope="module")

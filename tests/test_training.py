@@ -9,7 +9,6 @@ import os
 import pathlib
 import shutil
 import signal
-import socket
 import subprocess
 import sys
 
@@ -17,7 +16,7 @@ import numpy as np
 import pytest
 import tensorflow as tf
 import tf_keras
-from helpers import procs, toy_train
+from helpers import pretrain_data, procs, toy_train
 
 from electra_tf import training
 from electra_tf.training import checkpointing
@@ -207,16 +206,10 @@ def test_mirrored_over_two_cpus_matches_one_device(tmp_path):
   assert mirrored["logged"]["total_loss"] == pytest.approx(single["logged"]["total_loss"], 1e-5)
 
 
-def _free_port() -> int:
-  with socket.socket() as s:
-    s.bind(("127.0.0.1", 0))
-    return s.getsockname()[1]
-
-
 @pytest.mark.slow
 def test_multi_worker_mirrored_two_processes(tmp_path):
   model_dir = tmp_path / "mwms"
-  workers = [f"127.0.0.1:{_free_port()}", f"127.0.0.1:{_free_port()}"]
+  workers = [f"127.0.0.1:{pretrain_data.free_port()}" for _ in range(2)]
   runs = []
   for index in range(2):
     tf_config = {"cluster": {"worker": workers}, "task": {"type": "worker", "index": index}}

@@ -1,0 +1,40 @@
+"""Small real pre-training data folders and loopback ports, shared by the tests."""
+
+from __future__ import annotations
+
+import pathlib
+import shutil
+import socket
+
+from data_prep import build_pretraining_dataset as bpd
+
+
+def build_data_dir(root: pathlib.Path, vocab_file: str,
+                   texts: dict[str, tuple[pathlib.Path, int]], num_out_files: int = 1,
+                   max_seq_length: int = 32) -> pathlib.Path:
+  """`root` in the official data_dir layout: vocab.txt + pretrain_tfrecords/, built from the
+  first `chars` characters of each `texts[name] = (source file, chars)`."""
+  corpus = root / "corpus"
+  corpus.mkdir()
+  for name, (src, chars) in texts.items():
+    with open(src, encoding="utf-8") as f:
+      (corpus / name).write_text(f.read(chars), encoding="utf-8")
+  shutil.copy(vocab_file, root / "vocab.txt")
+  bpd.build(bpd.BuildArgs(corpus_dir=str(corpus), vocab_file=vocab_file,
+                          output_dir=str(root / "pretrain_tfrecords"),
+                          max_seq_length=max_seq_length, num_out_files=num_out_files, seed=1))
+  return root
+
+
+def free_port() -> int:
+  """A TCP port on 127.0.0.1 that nothing listens on now."""
+  with socket.socket() as s:
+    s.bind(("127.0.0.1", 0))
+    return s.getsockname()[1]
+
+
+def emma_and_wiki(data_dir: pathlib.Path,
+                  chars: int = 40000) -> dict[str, tuple[pathlib.Path, int]]:
+  """The first `chars` characters of Emma and of wikitext-2's test split."""
+  return {"emma.txt": (data_dir / "gutenberg" / "austen-emma.txt", chars),
+          "wiki.txt": (data_dir / "wikitext2" / "wiki.test.raw", chars)}
