@@ -183,8 +183,9 @@ def split_sst(train: list[tuple[str, str]], budgets: list[int], heldout_sentence
               ) -> tuple[dict[int, list[tuple[str, str]]], list[tuple[str, str]]]:
   """Label budgets (nested: each smaller budget is a prefix of the larger) and held-out rows.
 
-  The held-out rows are whole sentences; no phrase of theirs is in any budget, so choosing
-  fine-tuning hparams on them leaks nothing, and the dev set stays untouched."""
+  The held-out rows are whole sentences, and no budget row is a piece of one of them (not
+  even a single word), so choosing fine-tuning hparams on them leaks no label; the dev set
+  stays untouched."""
   sentences, owner = sentences_of([text for text, _ in train])
   label = {}
   for (text, y), o in zip(train, owner, strict=True):
@@ -192,9 +193,14 @@ def split_sst(train: list[tuple[str, str]], budgets: list[int], heldout_sentence
       label[o] = y
   rng = random.Random(SST_SPLIT_SEED)
   candidates = sorted(label)
-  held = set(rng.sample(candidates, min(heldout_sentences, len(candidates))))
-  heldout = [(sentences[o], label[o]) for o in sorted(held)]
-  pool = [row for row, o in zip(train, owner, strict=True) if o not in held]
+  held = sorted(rng.sample(candidates, min(heldout_sentences, len(candidates))))
+  heldout = [(sentences[o], label[o]) for o in held]
+  held_spans = set()
+  for text, _ in heldout:
+    tokens = tuple(text.split())
+    held_spans.update(tokens[i:j] for i in range(len(tokens))
+                      for j in range(i + 1, len(tokens) + 1))
+  pool = [row for row in train if tuple(row[0].split()) not in held_spans]
   rng.shuffle(pool)
   if max(budgets) > len(pool):
     raise ValueError(f"label budget {max(budgets)} is larger than the {len(pool)} SST-2 train "
@@ -217,8 +223,7 @@ class Runner:
   def __init__(self, out_dir: str):
     self.log_dir = os.path.join(out_dir, "logs")
     os.makedirs(self.log_dir, exist_ok=True)
-    self.env = dict(os.environ, TF_USE_LEGACY_KERAS="1", TF_CPP_MIN_LOG_LEVEL="2",
-                    PYTHONPATH=os.pathsep.join(
+    self.env = dict(os.environ, TF_USE_LEGACY_KERAS="1", PYTHONPATH=os.pathsep.join(
                         [REPO] + [p for p in [os.environ.get("PYTHONPATH")] if p]))
 
   def __call__(self, name: str, script: str, *flags: str) -> float:
@@ -251,13 +256,15 @@ def pretraining_hparams(args: argparse.Namespace, vocab_size: int, electra: bool
           "train_batch_size": args.batch, "eval_batch_size": args.batch,
           "num_train_steps": steps, "num_warmup_steps": max(1, round(args.warmup_frac * steps)),
           "learning_rate": args.lr, "iterations_per_loop": min(args.log_every, steps),
-          "save_checkpoints_steps": steps, "num_eval_steps": args.eval_batches, "seed": 1}
+          "save_checkpoints_steps": min(500, steps), "num_eval_steps": args.eval_batches,
+          "seed": 1}
 
 
 def flops_per_example(hparams: dict[str, Any]) -> float:
   """Train FLOPs of one pre-training sequence, as the training log counts them."""
-  os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
-  os.environ.setdefault("TF_USE_LEGACY_KERAS", "1")
+  from electra_tf import console
+
+  console.quiet([])  # before TensorFlow loads: no C++ / absl log lines on this console
   from electra_tf import flops
   from electra_tf.config import PretrainingConfig
   from electra_tf.pretraining.builder import build_pretraining_model
