@@ -71,7 +71,7 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
   g = p.add_argument_group("pre-training")
   g.add_argument("--seq_len", type=int, default=128)
   g.add_argument("--batch", type=int, default=32)
-  g.add_argument("--electra_steps", type=int, default=2000,
+  g.add_argument("--electra_steps", type=int, default=600,
                  help="ELECTRA steps; masked LM gets the steps of the same FLOPs")
   g.add_argument("--lr", type=float, default=1e-4,
                  help="peak pre-training learning rate (5e-4 collapses the discriminator here)")

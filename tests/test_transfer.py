@@ -64,7 +64,7 @@ def test_tiny_transfer_experiment_end_to_end(tmp_path):
   out = tmp_path / "transfer"
   proc = subprocess.run([sys.executable, str(REPO_ROOT / "benchmarks" / "transfer.py"),
                          "--out_dir", str(out), "--data_dir", str(DATA), *TINY],
-                        text=True, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, timeout=900)
+                        text=True, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, timeout=1800)
   assert proc.returncode == 0, proc.stdout[-4000:]
   lines = proc.stdout.strip().splitlines()
   assert re.fullmatch(r"transfer: labels 32: random \d+\.\d  mlm \d+\.\d  electra \d+\.\d  "
