@@ -1,0 +1,497 @@
+r"""Does pre-training pay off? ELECTRA vs masked-LM pre-training vs random init on few-label SST-2.
+
+One command, the whole experiment (defaults: about an hour on 2 CPU cores; docs/transfer.md):
+
+  python benchmarks/transfer.py                       # writes runs/transfer/
+  python benchmarks/transfer.py --out_dir runs/tiny --electra_steps 20 --budgets 32,64 \
+      --seeds 1 --dev_rows 64 --hidden 32 ...         # smoke-test sizes (see --help)
+
+1. Unlabelled in-domain corpus from ``$DATA_DIR`` (default ``../shared/data``): the sentences
+   of SST-2's train split without labels (its 67k rows are phrases, most of them pieces of the
+   same ~7k sentences: only phrases no longer phrase contains are kept, shuffled and packed
+   ``--sentences_per_doc`` to a document) and wikitext-2's ``wiki.test.raw`` (one document per
+   article).
+2. ``data_prep/learn_vocab.py`` (WordPiece vocabulary of that corpus) and
+   ``data_prep/build_pretraining_dataset.py`` (TFRecords).
+3. ``run_pretraining.py`` twice at equal pre-training FLOPs (``electra_tf/flops.py``, as the
+   training log counts them): the ELECTRA objective for ``--electra_steps`` steps, masked LM
+   only (``"electra_objective": false``) for as many steps as the same FLOPs buy; then the
+   evaluation run of each (disc AUC / recall, masked-LM accuracy).
+4. ``run_finetuning.py`` on SST-2 (task ``sst``) from each model and from random
+   initialisation, same shape and hparams, for every label budget (rows sampled from SST-2
+   train with a fixed seed; ``--seeds`` trials, seeds 1..N) and scored on SST-2 dev.
+   ``--eval_on heldout`` scores on held-out SST-2 *train* sentences instead (none of their
+   phrases is in any budget): that is how the fine-tuning hparams were chosen, never on dev.
+5. One table (budget x start: accuracy mean ± sd over seeds), ``transfer.png`` (accuracy vs
+   labels, one line per start) and ``transfer.json`` in ``--out_dir``; the last lines read
+   ``transfer: labels B: random X  mlm Y  electra Z  (electra - random +D)``, the smallest
+   budget last.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import random
+import re
+import statistics
+import subprocess
+import sys
+import time
+from collections.abc import Sequence
+from typing import Any
+
+REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+if REPO not in sys.path:
+  sys.path.insert(0, REPO)
+
+STARTS = ("random", "mlm", "electra")  # table column order
+SST_SPLIT_SEED = 0  # label budgets and held-out rows: the same for every run
+
+
+def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
+  p = argparse.ArgumentParser(description=__doc__.split("\n")[0],
+                              formatter_class=argparse.ArgumentDefaultsHelpFormatter)
+  p.add_argument("--out_dir", default=os.path.join(REPO, "runs", "transfer"))
+  p.add_argument("--data_dir", default=os.environ.get(
+      "DATA_DIR", os.path.join(os.path.dirname(REPO), "shared", "data")),
+      help="folder with glue/SST-2/ and wikitext2/ (env DATA_DIR)")
+  g = p.add_argument_group("corpus")
+  g.add_argument("--sentences_per_doc", type=int, default=50,
+                 help="SST-2 sentences packed into one pre-training document")
+  g.add_argument("--max_sentences", type=int, default=0, help="0: all SST-2 sentences")
+  g.add_argument("--no_wikitext", action="store_true", help="SST-2 sentences only")
+  g.add_argument("--vocab_size", type=int, default=8000, help="asked of the vocab learner")
+  g = p.add_argument_group("model (discriminator / fine-tuned encoder)")
+  g.add_argument("--layers", type=int, default=2)
+  g.add_argument("--hidden", type=int, default=256)
+  g.add_argument("--heads", type=int, default=4)
+  g.add_argument("--embedding_size", type=int, default=128)
+  g = p.add_argument_group("pre-training")
+  g.add_argument("--seq_len", type=int, default=128)
+  g.add_argument("--batch", type=int, default=32)
+  g.add_argument("--electra_steps", type=int, default=600,
+                 help="ELECTRA steps; masked LM gets the steps of the same FLOPs")
+  g.add_argument("--lr", type=float, default=1e-4,
+                 help="peak pre-training learning rate (5e-4 collapses the discriminator here)")
+  g.add_argument("--warmup_frac", type=float, default=0.1)
+  g.add_argument("--generator_size", type=float, default=0.125,
+                 help="generator hidden size / discriminator hidden size")
+  g.add_argument("--disc_weight", type=float, default=50.0)
+  g.add_argument("--mask_prob", type=float, default=0.15)
+  g.add_argument("--log_every", type=int, default=100)
+  g.add_argument("--eval_batches", type=int, default=20)
+  g = p.add_argument_group("fine-tuning (identical for the three starts)")
+  g.add_argument("--budgets", default="2000,500", help="comma-separated SST-2 train rows")
+  g.add_argument("--seeds", type=int, default=3, help="trials per budget and start")
+  g.add_argument("--dev_rows", type=int, default=0, help="0: the whole dev set (872 rows)")
+  g.add_argument("--eval_on", choices=("dev", "heldout"), default="dev")
+  g.add_argument("--heldout_sentences", type=int, default=500,
+                 help="SST-2 train sentences kept out of every budget (--eval_on heldout)")
+  g.add_argument("--ft_seq_len", type=int, default=64)
+  g.add_argument("--ft_batch", type=int, default=32)
+  g.add_argument("--ft_lrs", default="1e-4,3e-4",
+                 help="fine-tuning learning rates; with more than one, the script picks one "
+                      "on held-out SST-2 train sentences (smallest budget, one seed, every "
+                      "start; best mean), never on dev")
+  g.add_argument("--ft_epochs", type=float, default=3.0)
+  g.add_argument("--ft_min_steps", type=int, default=200,
+                 help="at least this many fine-tuning steps (more epochs for small budgets)")
+  g.add_argument("--starts", default=",".join(STARTS), help="subset of random,mlm,electra")
+  return p.parse_args(argv)
+
+
+# ---------------------------------------------------------------- data
+
+def read_sst(path: str) -> list[tuple[str, str]]:
+  """Rows ``(text, label)`` of a GLUE SST-2 ``train.tsv`` / ``dev.tsv`` (header skipped)."""
+  rows = []
+  with open(path, encoding="utf-8") as f:
+    header = f.readline().rstrip("\n").split("\t")
+    if header[:2] != ["sentence", "label"]:
+      raise ValueError(f"{path}: header {header!r}, expected sentence<TAB>label")
+    for n, line in enumerate(f, 2):
+      parts = line.rstrip("\n").split("\t")
+      if len(parts) != 2 or parts[1] not in ("0", "1"):
+        raise ValueError(f"{path}, row {n}: expected sentence<TAB>0|1, got {line[:80]!r}")
+      rows.append((parts[0].strip(), parts[1]))
+  return rows
+
+
+def sentences_of(phrases: Sequence[str]) -> tuple[list[str], list[int]]:
+  """The phrases no longer phrase contains (as a token span), and for every phrase the index of
+  one such sentence that contains it. SST-2 train holds every parse-tree node of ~7k sentences,
+  so pre-training on all rows would read each sentence many times over."""
+  unique = sorted({tuple(p.split()) for p in phrases}, key=lambda t: (-len(t), t))
+  owner: dict[tuple[str, ...], int] = {}
+  sentences: list[str] = []
+  for tokens in unique:
+    if tokens in owner:
+      continue
+    index = len(sentences)
+    sentences.append(" ".join(tokens))
+    for i in range(len(tokens)):
+      for j in range(i + 1, len(tokens) + 1):
+        owner.setdefault(tokens[i:j], index)
+  return sentences, [owner[tuple(p.split())] for p in phrases]
+
+
+def wikitext_articles(path: str) -> list[list[str]]:
+  """wikitext-2 raw text as articles (a top-level ``= Title =`` starts one), heading lines
+  dropped, one paragraph per line."""
+  articles: list[list[str]] = []
+  with open(path, encoding="utf-8", errors="replace") as f:
+    for line in f:
+      text = line.strip()
+      if re.fullmatch(r"= [^=].* =", text):
+        articles.append([])
+      elif text and not text.startswith("="):
+        if not articles:
+          articles.append([])
+        articles[-1].append(text)
+  return [a for a in articles if a]
+
+
+def write_corpus(args: argparse.Namespace, sentences: list[str], corpus_dir: str) -> dict:
+  """Writes the pre-training text files (blank line = document end); returns counts."""
+  os.makedirs(corpus_dir, exist_ok=True)
+  order = sentences[:]
+  random.Random(SST_SPLIT_SEED).shuffle(order)
+  if args.max_sentences:
+    order = order[:args.max_sentences]
+  per = args.sentences_per_doc
+  with open(os.path.join(corpus_dir, "sst2_train_sentences.txt"), "w", encoding="utf-8") as f:
+    for i in range(0, len(order), per):
+      f.write("\n".join(order[i:i + per]) + "\n\n")
+  counts = {"sst2_sentences": len(order), "sst2_words": sum(len(s.split()) for s in order)}
+  wiki = os.path.join(corpus_dir, "wikitext2_test.txt")
+  if args.no_wikitext:
+    if os.path.exists(wiki):
+      os.remove(wiki)
+    return counts
+  articles = wikitext_articles(os.path.join(args.data_dir, "wikitext2", "wiki.test.raw"))
+  with open(wiki, "w", encoding="utf-8") as f:
+    for article in articles:
+      f.write("\n".join(article) + "\n\n")
+  counts.update(wikitext_articles=len(articles),
+                wikitext_words=sum(len(p.split()) for a in articles for p in a))
+  return counts
+
+
+def split_sst(train: list[tuple[str, str]], budgets: list[int], heldout_sentences: int
+              ) -> tuple[dict[int, list[tuple[str, str]]], list[tuple[str, str]]]:
+  """Label budgets (nested: each smaller budget is a prefix of the larger) and held-out rows.
+
+  The held-out rows are whole sentences, and no budget row is a piece of one of them (not
+  even a single word), so choosing fine-tuning hparams on them leaks no label; the dev set
+  stays untouched."""
+  sentences, owner = sentences_of([text for text, _ in train])
+  label = {}
+  for (text, y), o in zip(train, owner, strict=True):
+    if sentences[o] == " ".join(text.split()):
+      label[o] = y
+  rng = random.Random(SST_SPLIT_SEED)
+  candidates = sorted(label)
+  held = sorted(rng.sample(candidates, min(heldout_sentences, len(candidates))))
+  heldout = [(sentences[o], label[o]) for o in held]
+  held_spans = set()
+  for text, _ in heldout:
+    tokens = tuple(text.split())
+    held_spans.update(tokens[i:j] for i in range(len(tokens))
+                      for j in range(i + 1, len(tokens) + 1))
+  pool = [row for row in train if tuple(row[0].split()) not in held_spans]
+  rng.shuffle(pool)
+  if max(budgets) > len(pool):
+    raise ValueError(f"label budget {max(budgets)} is larger than the {len(pool)} SST-2 train "
+                     "rows outside the held-out sentences")
+  return {b: pool[:b] for b in budgets}, heldout
+
+
+def write_tsv(rows: Sequence[tuple[str, str]], path: str) -> None:
+  os.makedirs(os.path.dirname(path), exist_ok=True)
+  with open(path, "w", encoding="utf-8") as f:
+    f.write("sentence\tlabel\n")
+    f.writelines(f"{text} \t{y}\n" for text, y in rows)
+
+
+# ---------------------------------------------------------------- runs
+
+class Runner:
+  """Runs the project's entry points as subprocesses, each into its own log file."""
+
+  def __init__(self, out_dir: str):
+    self.log_dir = os.path.join(out_dir, "logs")
+    os.makedirs(self.log_dir, exist_ok=True)
+    self.env = dict(os.environ, TF_USE_LEGACY_KERAS="1", PYTHONPATH=os.pathsep.join(
+                        [REPO] + [p for p in [os.environ.get("PYTHONPATH")] if p]))
+
+  def __call__(self, name: str, script: str, *flags: str) -> float:
+    """Runs ``script`` with ``flags``; returns its wall seconds. Exits naming the log on failure."""
+    log = os.path.join(self.log_dir, name + ".log")
+    start = time.time()
+    with open(log, "w", encoding="utf-8") as f:
+      code = subprocess.call([sys.executable, os.path.join(REPO, script), *flags], cwd=REPO,
+                             env=self.env, stdout=f, stderr=subprocess.STDOUT)
+    if code != 0:
+      with open(log, encoding="utf-8", errors="replace") as f:
+        tail = f.read().strip().splitlines()[-5:]
+      sys.exit(f"transfer: {script} failed (exit {code}); log {log}:\n  " + "\n  ".join(tail))
+    return time.time() - start
+
+
+def shape_hparams(args: argparse.Namespace, vocab_size: int) -> dict[str, Any]:
+  """The model shape, given explicitly so the random-init model is the same shape."""
+  return {"model_size": "small", "vocab_size": vocab_size, "embedding_size": args.embedding_size,
+          "model_hparam_overrides": {
+              "num_hidden_layers": args.layers, "hidden_size": args.hidden,
+              "num_attention_heads": args.heads, "intermediate_size": 4 * args.hidden}}
+
+
+def pretraining_hparams(args: argparse.Namespace, vocab_size: int, electra: bool,
+                        steps: int) -> dict[str, Any]:
+  return {**shape_hparams(args, vocab_size), "electra_objective": electra,
+          "generator_hidden_size": args.generator_size, "disc_weight": args.disc_weight,
+          "mask_prob": args.mask_prob, "max_seq_length": args.seq_len,
+          "train_batch_size": args.batch, "eval_batch_size": args.batch,
+          "num_train_steps": steps, "num_warmup_steps": max(1, round(args.warmup_frac * steps)),
+          "learning_rate": args.lr, "iterations_per_loop": min(args.log_every, steps),
+          "save_checkpoints_steps": min(500, steps), "num_eval_steps": args.eval_batches,
+          "seed": 1}
+
+
+def flops_per_example(hparams: dict[str, Any]) -> float:
+  """Train FLOPs of one pre-training sequence, as the training log counts them."""
+  from electra_tf import console
+
+  console.quiet([])  # before TensorFlow loads: no C++ / absl log lines on this console
+  from electra_tf import flops
+  from electra_tf.config import PretrainingConfig
+  from electra_tf.pretraining.builder import build_pretraining_model
+
+  config = PretrainingConfig("flops", "", **hparams)
+  model = build_pretraining_model(config, vocab={})
+  return flops.train_flops_per_example(model, config.max_seq_length)
+
+
+def read_unsup_results(path: str) -> dict[str, float]:
+  with open(path, encoding="utf-8") as f:
+    return {k: float(v) for k, v in (line.strip().split(" = ") for line in f if " = " in line)}
+
+
+def trial_accuracies(results_json: str) -> list[float]:
+  with open(results_json, encoding="utf-8") as f:
+    record = json.load(f)
+  return [float(t["sst"]["accuracy"]) for t in record["trials"]]
+
+
+# ---------------------------------------------------------------- report
+
+def summarise(acc: dict[int, dict[str, list[float]]]) -> dict[int, dict[str, tuple[float, float]]]:
+  return {b: {s: (statistics.mean(v), statistics.stdev(v) if len(v) > 1 else 0.0)
+              for s, v in row.items()} for b, row in acc.items()}
+
+
+def table_lines(summary: dict[int, dict[str, tuple[float, float]]], starts: Sequence[str]
+                ) -> list[str]:
+  head = f"{'labels':>7}" + "".join(f"{s:>16}" for s in starts)
+  lines = [head]
+  for b in sorted(summary):
+    cells = "".join(f"{m:>9.1f} ± {sd:<4.1f}" for m, sd in (summary[b][s] for s in starts))
+    lines.append(f"{b:>7}" + cells)
+  return lines
+
+
+def final_lines(summary: dict[int, dict[str, tuple[float, float]]]) -> list[str]:
+  """One ``transfer: labels B: ...`` line per budget, the smallest budget last."""
+  lines = []
+  for b in sorted(summary, reverse=True):
+    m = {s: summary[b][s][0] for s in summary[b]}
+    cells = "  ".join(f"{s} {m[s]:.1f}" for s in STARTS if s in m)
+    gain = (f"  (electra - random {m['electra'] - m['random']:+.1f})"
+            if "electra" in m and "random" in m else "")
+    lines.append(f"transfer: labels {b}: {cells}{gain}")
+  return lines
+
+
+def plot(summary: dict[int, dict[str, tuple[float, float]]], starts: Sequence[str],
+         eval_name: str, png: str) -> None:
+  import matplotlib
+  matplotlib.use("Agg")
+  import matplotlib.pyplot as plt
+
+  budgets = sorted(summary)
+  fig, ax = plt.subplots(figsize=(5.5, 4))
+  for s in starts:
+    ax.errorbar(budgets, [summary[b][s][0] for b in budgets],
+                yerr=[summary[b][s][1] for b in budgets], marker="o", capsize=3,
+                label={"random": "random init", "mlm": "masked-LM pre-trained",
+                       "electra": "ELECTRA pre-trained"}[s])
+  ax.set_xscale("log")
+  ax.set_xticks(budgets, [str(b) for b in budgets])
+  ax.set_xlabel("labelled SST-2 train rows")
+  ax.set_ylabel(f"SST-2 {eval_name} accuracy (mean ± sd over seeds)")
+  ax.grid(alpha=0.3)
+  ax.legend()
+  fig.tight_layout()
+  fig.savefig(png, dpi=120)
+  plt.close(fig)
+
+
+# ---------------------------------------------------------------- main
+
+def main(argv: Sequence[str] | None = None) -> None:
+  args = parse_args(argv)
+  t0 = time.time()
+  starts = [s.strip() for s in args.starts.split(",") if s.strip()]
+  if not starts or any(s not in STARTS for s in starts):
+    sys.exit(f"transfer: --starts {args.starts!r}: choose from {','.join(STARTS)}")
+  try:
+    budgets = sorted({int(b) for b in args.budgets.split(",") if b.strip()}, reverse=True)
+  except ValueError:
+    sys.exit(f"transfer: --budgets {args.budgets!r}: expected comma-separated integers")
+  if not budgets or min(budgets) < 1:
+    sys.exit(f"transfer: --budgets {args.budgets!r}: expected positive integers")
+  if args.seeds < 1 or args.electra_steps < 1:
+    sys.exit("transfer: --seeds and --electra_steps must be at least 1")
+  out = os.path.abspath(args.out_dir)
+  sst_dir = os.path.join(args.data_dir, "glue", "SST-2")
+  for need in (os.path.join(sst_dir, "train.tsv"), os.path.join(sst_dir, "dev.tsv"),
+               os.path.join(args.data_dir, "wikitext2", "wiki.test.raw")):
+    if not os.path.isfile(need) and not (args.no_wikitext and "wikitext2" in need):
+      sys.exit(f"transfer: {need} not found (set --data_dir or DATA_DIR)")
+  os.makedirs(out, exist_ok=True)
+  run = Runner(out)
+  record: dict[str, Any] = {"args": vars(args), "timings_s": {}}
+
+  # 1-2. corpus, vocabulary, TFRecords
+  train = read_sst(os.path.join(sst_dir, "train.tsv"))
+  sentences, _ = sentences_of([text for text, _ in train])
+  record["corpus"] = write_corpus(args, sentences, os.path.join(out, "corpus"))
+  vocab_file = os.path.join(out, "vocab.txt")
+  record["timings_s"]["vocab"] = run(
+      "learn_vocab", "data_prep/learn_vocab.py", "--corpus_dir", os.path.join(out, "corpus"),
+      "--vocab_file", vocab_file, "--vocab_size", str(args.vocab_size))
+  with open(vocab_file, encoding="utf-8") as f:
+    vocab_size = sum(1 for _ in f)
+  record["timings_s"]["tfrecords"] = run(
+      "build_pretraining_dataset", "data_prep/build_pretraining_dataset.py",
+      "--corpus_dir", os.path.join(out, "corpus"), "--vocab_file", vocab_file,
+      "--output_dir", os.path.join(out, "pretrain_tfrecords"),
+      "--max_seq_length", str(args.seq_len), "--num_out_files", "4", "--seed", "1")
+  print(f"corpus: {record['corpus']['sst2_sentences']} SST-2 train sentences, "
+        f"{record['corpus'].get('wikitext_articles', 0)} wikitext-2 articles; "
+        f"vocabulary {vocab_size} WordPieces", flush=True)
+
+  # 3. pre-training at equal FLOPs
+  per_example = {
+      "electra": flops_per_example(pretraining_hparams(args, vocab_size, True, 1)),
+      "mlm": flops_per_example(pretraining_hparams(args, vocab_size, False, 1))}
+  steps = {"electra": args.electra_steps,
+           "mlm": max(1, round(args.electra_steps * per_example["electra"] / per_example["mlm"]))}
+  record["pretraining"] = {}
+  for name in ("electra", "mlm"):
+    if name not in starts:
+      continue
+    total = steps[name] * args.batch * per_example[name]
+    print(f"pre-training {name}: {steps[name]} steps of {args.batch} x {args.seq_len} tokens, "
+          f"{per_example[name] / 1e9:.3f} GFLOPs per sequence, {total / 1e15:.4f} PFLOPs in all",
+          flush=True)
+    hparams = pretraining_hparams(args, vocab_size, name == "electra", steps[name])
+    common = ["--data_dir", out, "--model_name", name]
+    train_s = run(f"pretrain_{name}", "run_pretraining.py", *common,
+                  "--hparams", json.dumps(hparams))
+    run(f"pretrain_{name}_eval", "run_pretraining.py", *common,
+        "--hparams", json.dumps({**hparams, "do_train": False, "do_eval": True}))
+    metrics = read_unsup_results(os.path.join(out, "models", name, "results",
+                                              "unsup_results.txt"))
+    record["pretraining"][name] = {"steps": steps[name], "flops_per_example": per_example[name],
+                                   "total_flops": total, "train_s": train_s, "eval": metrics,
+                                   "hparams": hparams}
+    shown = ", ".join(f"{k} {metrics[k]:.3f}" for k in
+                      ("disc_auc", "disc_recall", "masked_lm_accuracy") if k in metrics)
+    print(f"  {train_s:.0f} s; evaluation: {shown}", flush=True)
+
+  # 4. fine-tuning: the learning rate chosen on held-out train sentences, then every budget
+  budget_rows, heldout = split_sst(train, budgets, args.heldout_sentences)
+  eval_rows = read_sst(os.path.join(sst_dir, "dev.tsv")) if args.eval_on == "dev" else heldout
+  if args.dev_rows:
+    eval_rows = eval_rows[:args.dev_rows]
+  ft_common = {**shape_hparams(args, vocab_size), "task_names": ["sst"],
+               "vocab_file": vocab_file, "max_seq_length": args.ft_seq_len,
+               "train_batch_size": args.ft_batch, "eval_batch_size": args.ft_batch,
+               "seed": 1, "keep_all_models": False}
+
+  def finetune(tag: str, b: int, start: str, lr: float, rows: list, trials: int
+               ) -> tuple[list[float], dict[str, Any]]:
+    ft_dir = os.path.join(out, tag)
+    write_tsv(budget_rows[b], os.path.join(ft_dir, "finetuning_data", "sst", "train.tsv"))
+    write_tsv(rows, os.path.join(ft_dir, "finetuning_data", "sst", "dev.tsv"))
+    epochs = max(args.ft_epochs, args.ft_min_steps * args.ft_batch / b)
+    init = None if start == "random" else os.path.join(out, "models", start)
+    hparams = {**ft_common, "learning_rate": lr, "num_train_epochs": epochs,
+               "num_trials": trials, "init_checkpoint": init}
+    results = os.path.join(ft_dir, "models", start, "results", "sst_results.json")
+    done = os.path.join(ft_dir, "models", start, "transfer_done.json")
+    key = {"hparams": hparams, "train": budget_rows[b], "eval": rows}
+    if os.path.exists(done) and os.path.exists(results):  # a rerun reuses finished runs
+      with open(done, encoding="utf-8") as f:
+        previous = json.load(f)
+      if previous["key"] == json.loads(json.dumps(key)):
+        accs = trial_accuracies(results)
+        return accs, {"accuracy": accs, "wall_s": previous["wall_s"], "hparams": hparams}
+    secs = run(f"finetune_{tag}_{start}", "run_finetuning.py", "--data_dir", ft_dir,
+               "--model_name", start, "--hparams", json.dumps(hparams))
+    accs = trial_accuracies(results)
+    with open(done, "w", encoding="utf-8") as f:
+      json.dump({"key": key, "wall_s": secs}, f)
+    return accs, {"accuracy": accs, "wall_s": secs, "hparams": hparams}
+
+  record["finetuning"] = {"eval_on": args.eval_on, "eval_rows": len(eval_rows), "runs": {},
+                          "lr_selection": {}}
+  lrs = [float(x) for x in args.ft_lrs.split(",") if x.strip()]
+  ft_lr = lrs[0]
+  if len(lrs) > 1:
+    b, held = min(budgets), heldout[:args.dev_rows] if args.dev_rows else heldout
+    scores = {}
+    for lr in lrs:
+      accs = [finetune(f"select_lr{lr:g}", b, s, lr, held, 1)[0][0] for s in starts]
+      scores[lr] = statistics.mean(accs)
+      by_start = dict(zip(starts, accs, strict=True))
+      record["finetuning"]["lr_selection"][f"{lr:g}"] = by_start
+      print(f"fine-tuning lr {lr:g} on {b} labels, held-out SST-2 train sentences "
+            f"({len(held)}): " + "  ".join(f"{s} {a:.1f}" for s, a in by_start.items()),
+            flush=True)
+    ft_lr = max(lrs, key=lambda lr: scores[lr])
+    print(f"fine-tuning lr: {ft_lr:g} (best held-out mean over the starts)", flush=True)
+  record["finetuning"]["learning_rate"] = ft_lr
+
+  acc: dict[int, dict[str, list[float]]] = {}
+  for b in budgets:
+    acc[b] = {}
+    for s in starts:
+      acc[b][s], info = finetune(f"sst_{b}", b, s, ft_lr, eval_rows, args.seeds)
+      record["finetuning"]["runs"][f"{b}/{s}"] = info
+      print(f"fine-tuning from {s}, {b} labels: {args.eval_on} accuracy "
+            + " ".join(f"{a:.1f}" for a in acc[b][s]) + f" ({info['wall_s']:.0f} s)",
+            flush=True)
+
+  # 5. report
+  summary = summarise(acc)
+  png = os.path.join(out, "transfer.png")
+  plot(summary, starts, args.eval_on, png)
+  record["summary"] = {str(b): {s: {"mean": m, "sd": sd} for s, (m, sd) in row.items()}
+                       for b, row in summary.items()}
+  record["timings_s"]["total"] = time.time() - t0
+  with open(os.path.join(out, "transfer.json"), "w", encoding="utf-8") as f:
+    json.dump(record, f, indent=2)
+  print(f"\nSST-2 {args.eval_on} accuracy ({len(eval_rows)} rows), mean ± sd over "
+        f"{args.seeds} seed(s):")
+  print("\n".join(table_lines(summary, starts)))
+  print(f"plot: {png}\nrecord: {os.path.join(out, 'transfer.json')}\n"
+        f"wall time: {record['timings_s']['total'] / 60:.1f} min")
+  print("\n".join(final_lines(summary)))
+
+
+if __name__ == "__main__":
+  main()

@@ -1,0 +1,92 @@
+"""benchmarks/transfer.py: the SST-2 splits it fine-tunes and scores on (real SST-2 rows), and the
+whole experiment at a tiny size as a real subprocess (corpus -> vocab -> TFRecords -> ELECTRA
+and masked-LM pre-training -> fine-tuning from both and from random init -> table, PNG, JSON)."""
+
+import json
+import re
+import subprocess
+import sys
+
+import pytest
+from helpers.paths import DATA, REPO_ROOT
+
+sys.path.insert(0, str(REPO_ROOT / "benchmarks"))
+import transfer  # noqa: E402
+
+SST = DATA / "glue" / "SST-2"
+
+
+def test_sentences_of_keeps_phrases_no_longer_phrase_contains():
+  phrases = ["a good film", "good film", "good", "a bad one", "bad", "film good"]
+  sentences, owner = transfer.sentences_of(phrases)
+  assert sorted(sentences) == ["a bad one", "a good film", "film good"]
+  assert [sentences[o] for o in owner] == [
+      "a good film", "a good film", "a good film", "a bad one", "a bad one", "film good"]
+
+
+def test_sst_budgets_are_nested_and_share_no_sentence_with_the_heldout_rows():
+  train = transfer.read_sst(str(SST / "train.tsv"))
+  budgets, heldout = transfer.split_sst(train, [2000, 500], heldout_sentences=300)
+  assert len(budgets[2000]) == 2000 and budgets[500] == budgets[2000][:500]
+  assert len(heldout) == 300 and {y for _, y in heldout} == {"0", "1"}
+  held_text = [" ".join(t.split()) for t, _ in heldout]
+  for text, _ in budgets[2000]:
+    words = " " + " ".join(text.split()) + " "
+    assert not any(words in f" {h} " for h in held_text), text
+  again = transfer.split_sst(train, [2000, 500], heldout_sentences=300)
+  assert again == (budgets, heldout)  # fixed seed: every run fine-tunes on the same rows
+
+
+def test_final_lines_put_the_smallest_budget_last():
+  summary = {500: {"random": (60.0, 1.0), "mlm": (63.25, 0.5), "electra": (66.04, 2.0)},
+             2000: {"random": (70.0, 1.0), "mlm": (71.0, 0.5), "electra": (69.5, 0.2)}}
+  assert transfer.final_lines(summary) == [
+      "transfer: labels 2000: random 70.0  mlm 71.0  electra 69.5  (electra - random -0.5)",
+      "transfer: labels 500: random 60.0  mlm 63.2  electra 66.0  (electra - random +6.0)"]
+
+
+def test_bad_sst_row_names_file_and_row(tmp_path):
+  bad = tmp_path / "train.tsv"
+  bad.write_text("sentence\tlabel\ngood film \t1\nno label here\n", encoding="utf-8")
+  with pytest.raises(ValueError, match=r"train.tsv, row 3: expected sentence<TAB>0\|1"):
+    transfer.read_sst(str(bad))
+
+
+TINY = ["--max_sentences", "300", "--no_wikitext", "--vocab_size", "400", "--layers", "1",
+        "--hidden", "32", "--heads", "2", "--embedding_size", "16", "--seq_len", "32",
+        "--batch", "8", "--electra_steps", "4", "--log_every", "2", "--eval_batches", "1",
+        "--budgets", "16,32", "--seeds", "2", "--dev_rows", "24", "--ft_seq_len", "32",
+        "--ft_batch", "8", "--ft_epochs", "1", "--ft_min_steps", "0", "--ft_lrs", "3e-4"]
+
+
+@pytest.mark.slow
+def test_tiny_transfer_experiment_end_to_end(tmp_path):
+  out = tmp_path / "transfer"
+  proc = subprocess.run([sys.executable, str(REPO_ROOT / "benchmarks" / "transfer.py"),
+                         "--out_dir", str(out), "--data_dir", str(DATA), *TINY],
+                        text=True, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, timeout=1800)
+  assert proc.returncode == 0, proc.stdout[-4000:]
+  lines = proc.stdout.strip().splitlines()
+  assert re.fullmatch(r"transfer: labels 32: random \d+\.\d  mlm \d+\.\d  electra \d+\.\d  "
+                      r"\(electra - random [+-]\d+\.\d\)", lines[-2]), lines[-2]
+  assert lines[-1].startswith("transfer: labels 16: random "), lines[-1]
+
+  record = json.loads((out / "transfer.json").read_text())
+  assert (out / "transfer.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+  pre = record["pretraining"]
+  assert pre["electra"]["steps"] == 4 and pre["mlm"]["steps"] >= 4
+  # equal pre-training FLOPs: the masked-LM run gets the steps the ELECTRA FLOPs buy
+  assert pre["mlm"]["total_flops"] == pytest.approx(pre["electra"]["total_flops"],
+                                                    rel=0.5 / pre["mlm"]["steps"])
+  assert {"disc_auc", "disc_recall"} <= set(pre["electra"]["eval"])
+  for budget in ("16", "32"):
+    row = record["summary"][budget]
+    assert set(row) == {"random", "mlm", "electra"}
+    for start in row:
+      accs = record["finetuning"]["runs"][f"{budget}/{start}"]["accuracy"]
+      assert len(accs) == 2 and row[start]["mean"] == pytest.approx(sum(accs) / 2)
+      shown = re.search(rf"{start} (\d+\.\d)", lines[-1 if budget == "16" else -2]).group(1)
+      assert float(shown) == round(row[start]["mean"], 1)
+  table = proc.stdout[proc.stdout.index("SST-2 dev accuracy (24 rows)"):]
+  assert re.search(r"^\s+16\s+\d+\.\d ± \d+\.\d", table, re.M), table
+  assert re.search(r"^\s+32\s+\d+\.\d ± \d+\.\d", table, re.M), table
