@@ -13,7 +13,7 @@ One command, the whole experiment (defaults: about an hour on 2 CPU cores; docs/
    article).
 2. ``data_prep/learn_vocab.py`` (WordPiece vocabulary of that corpus) and
    ``data_prep/build_pretraining_dataset.py`` (TFRecords).
-3. ``run_pretraining.py`` twice at equal pre-training FLOPs (``electra_tf/flops.py``, as the
+3. ``run_pretraining.py`` twice at equal pre-training FLOPs (``electra_tf/pretraining/flops.py``, as the
    training log counts them): the ELECTRA objective for ``--electra_steps`` steps, masked LM
    only (``"electra_objective": false``) for as many steps as the same FLOPs buy; then the
    evaluation run of each (disc AUC / recall, masked-LM accuracy).
@@ -265,8 +265,8 @@ def flops_per_example(hparams: dict[str, Any]) -> float:
   from electra_tf import console
 
   console.quiet([])  # before TensorFlow loads: no C++ / absl log lines on this console
-  from electra_tf import flops
   from electra_tf.config import PretrainingConfig
+  from electra_tf.pretraining import flops
   from electra_tf.pretraining.builder import build_pretraining_model
 
   config = PretrainingConfig("flops", "", **hparams)
