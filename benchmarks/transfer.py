@@ -16,7 +16,8 @@ One command, the whole experiment (defaults: about an hour on 2 CPU cores; docs/
 3. ``run_pretraining.py`` twice at equal pre-training FLOPs
    (``electra_tf/pretraining/flops.py``, as the training log counts them): the ELECTRA
    objective for ``--electra_steps`` steps, masked LM only (``"electra_objective": false``) for
-   as many steps as the same FLOPs buy; then the evaluation run of each (disc AUC / recall, masked-LM accuracy).
+   as many steps as the same FLOPs buy; then the evaluation run of each (disc AUC / recall,
+   masked-LM accuracy).
 4. ``run_finetuning.py`` on SST-2 (task ``sst``) from each model and from random
    initialisation, same shape and hparams, for every label budget (rows sampled from SST-2
    train with a fixed seed; ``--seeds`` trials, seeds 1..N) and scored on SST-2 dev.
