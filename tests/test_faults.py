@@ -304,7 +304,7 @@ def test_stale_temp_folder_of_a_killed_save_is_removed_at_start_up(tmp_path):
   assert proc.returncode == -signal.SIGKILL, log
   stale = model_dir / "ckpt-20_temp"
   assert stale.is_dir()
-  # issue 21: a temp folder is never resumable, so start-up removes it whatever its step (it
+  # A temp folder is never resumable, so start-up removes it whatever its step (it
   # was kept while newer than the newest checkpoint); no run of this loop is saving there.
   saved = _digests(model_dir, "ckpt-*.*")
   lines: list[str] = []

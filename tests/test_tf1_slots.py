@@ -232,7 +232,7 @@ def test_float16_loss_scaled_checkpoint_restores_the_inner_slots(tmp_path, optim
 
 def test_slots_of_another_optimizer_are_said_to_start_at_zero(trained, data_root, tmp_path,
                                                              capsys):
-  # issue 21: a LAMB run's tf1/ export as init_checkpoint of an AdamW run
+  # A LAMB run's tf1/ export as init_checkpoint of an AdamW run
   config, slots, _ = trained["lamb"]
   result = convert(config.model_dir, {}, str(tmp_path / "out"))
   adamw = PretrainingConfig("from_lamb", str(data_root), **TINY, optimizer="adamw",

@@ -80,7 +80,7 @@ def test_resume_after_sigkill_matches_uninterrupted_run(tmp_path):
 
 
 @pytest.mark.slow
-# issue 21: the newest complete checkpoint on disk is resumed, whatever the state file says; a
+# The newest complete checkpoint on disk is resumed, whatever the state file says; a
 # kill after ckpt-20's files are complete ("state") resumes from ckpt-20 (was: from ckpt-10).
 @pytest.mark.parametrize("kill_at,orphan,resumed", [("merge", "ckpt-20_temp", 10),
                                                     ("state", "ckpt-20.index", 20)])
@@ -104,7 +104,7 @@ def test_kill_inside_a_save_leaves_state_on_last_complete_checkpoint(tmp_path, k
 
 
 def test_state_file_naming_a_missing_checkpoint_falls_back_to_the_files_on_disk(tmp_path):
-  # issue 21: the state file is advisory; what is complete on disk decides (was: an error)
+  # The state file is advisory; what is complete on disk decides (was: an error)
   toy_train.run(_one_device(), str(tmp_path), 20, log_fn=_quiet)
   for f in tmp_path.glob("ckpt-20.*"):
     f.unlink()
