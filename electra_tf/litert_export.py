@@ -22,7 +22,6 @@ Run them with ``ai_edge_litert.interpreter.Interpreter(model_path).get_signature
 
 from __future__ import annotations
 
-import json
 import os
 import re
 import shutil
@@ -30,7 +29,7 @@ import tempfile
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any
 
-from electra_tf import console
+from electra_tf import atomic_io, console
 
 LITERT_DIR = "litert"
 SPEC_FILE = "litert.json"
@@ -172,9 +171,7 @@ def _convert_variants(saved_model_dir: str, signatures: list[str], variants: Seq
                   "the other exports are kept")
       continue
     path = os.path.join(out_dir, f"{variant}.tflite")
-    with open(path + ".tmp", "wb") as f:
-      f.write(flatbuffer)
-    os.replace(path + ".tmp", path)
+    atomic_io.write_bytes(path, flatbuffer)
     files[variant] = path
   return files, failed
 
@@ -211,7 +208,7 @@ def export_litert(export_dir: str, tasks: Sequence[Any], signature_names: Mappin
   finally:
     shutil.rmtree(fixed, ignore_errors=True)
   if vocab_file:
-    shutil.copyfile(vocab_file, os.path.join(out_dir, "vocab.txt"))
+    atomic_io.copy_file(vocab_file, os.path.join(out_dir, "vocab.txt"))
   spec = {
       "inputs": {name: {"shape": [1, max_seq_length], "dtype": "int32"} for name in INPUT_NAMES},
       "max_seq_length": max_seq_length, "do_lower_case": bool(do_lower_case),
@@ -220,9 +217,7 @@ def export_litert(export_dir: str, tasks: Sequence[Any], signature_names: Mappin
       "variants": {v: os.path.basename(p) for v, p in files.items()},
       "failed": failed,
   }
-  with open(os.path.join(out_dir, SPEC_FILE), "w") as f:
-    json.dump(spec, f, indent=2, sort_keys=True)
-    f.write("\n")
+  atomic_io.write_json(os.path.join(out_dir, SPEC_FILE), spec, indent=2, sort_keys=True)
   return {"dir": out_dir, "files": files, "failed": failed, "signatures": sorted(kinds)}
 
 
