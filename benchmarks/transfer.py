@@ -79,6 +79,13 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
   g.add_argument("--warmup_frac", type=float, default=0.1)
   g.add_argument("--generator_size", type=float, default=0.125,
                  help="generator hidden size / discriminator hidden size")
+  g.add_argument("--mlm_steps", type=int, default=0,
+                 help="masked-LM steps (0: the steps of the ELECTRA run's FLOPs)")
+  g.add_argument("--mlm_lr", type=float, default=None,
+                 help="peak learning rate of the masked-LM-only run (default: --lr)")
+  g.add_argument("--uniform_generator", action="store_true",
+                 help="ELECTRA replaces masked tokens by uniformly sampled ones (no generator)")
+  g.add_argument("--temperature", type=float, default=1.0, help="generator sampling temperature")
   g.add_argument("--disc_weight", type=float, default=50.0)
   g.add_argument("--mask_prob", type=float, default=0.15)
   g.add_argument("--log_every", type=int, default=100)
@@ -256,7 +263,9 @@ def pretraining_hparams(args: argparse.Namespace, vocab_size: int, electra: bool
           "mask_prob": args.mask_prob, "max_seq_length": args.seq_len,
           "train_batch_size": args.batch, "eval_batch_size": args.batch,
           "num_train_steps": steps, "num_warmup_steps": max(1, round(args.warmup_frac * steps)),
-          "learning_rate": args.lr, "iterations_per_loop": min(args.log_every, steps),
+          "learning_rate": args.lr if electra or args.mlm_lr is None else args.mlm_lr,
+          "uniform_generator": electra and args.uniform_generator,
+          "temperature": args.temperature, "iterations_per_loop": min(args.log_every, steps),
           "save_checkpoints_steps": min(500, steps), "num_eval_steps": args.eval_batches,
           "seed": 1}
 
@@ -389,7 +398,8 @@ def main(argv: Sequence[str] | None = None) -> None:
       "electra": flops_per_example(pretraining_hparams(args, vocab_size, True, 1)),
       "mlm": flops_per_example(pretraining_hparams(args, vocab_size, False, 1))}
   steps = {"electra": args.electra_steps,
-           "mlm": max(1, round(args.electra_steps * per_example["electra"] / per_example["mlm"]))}
+           "mlm": args.mlm_steps or max(1, round(args.electra_steps * per_example["electra"]
+                                                 / per_example["mlm"]))}
   record["pretraining"] = {}
   for name in ("electra", "mlm"):
     if name not in starts:

@@ -37,6 +37,20 @@ def test_sst_budgets_are_nested_and_share_no_sentence_with_the_heldout_rows():
   assert again == (budgets, heldout)  # fixed seed: every run fine-tunes on the same rows
 
 
+def test_sizing_flags_reach_only_the_run_they_name():
+  args = transfer.parse_args(["--lr", "2e-4", "--mlm_lr", "1e-3", "--uniform_generator",
+                              "--temperature", "3", "--batch", "8"])
+  electra = transfer.pretraining_hparams(args, 100, electra=True, steps=2400)
+  mlm = transfer.pretraining_hparams(args, 100, electra=False, steps=2564)
+  assert (electra["learning_rate"], mlm["learning_rate"]) == (2e-4, 1e-3)
+  assert electra["uniform_generator"] and not mlm["uniform_generator"]
+  assert electra["temperature"] == 3.0
+  assert electra["train_batch_size"] == mlm["train_batch_size"] == 8
+  assert (electra["num_warmup_steps"], mlm["num_train_steps"]) == (240, 2564)
+  default = transfer.parse_args([])
+  assert transfer.pretraining_hparams(default, 100, electra=False, steps=1)["learning_rate"] == 1e-4
+
+
 def test_final_lines_put_the_smallest_budget_last():
   summary = {500: {"random": (60.0, 1.0), "mlm": (63.25, 0.5), "electra": (66.04, 2.0)},
              2000: {"random": (70.0, 1.0), "mlm": (71.0, 0.5), "electra": (69.5, 0.2)}}
