@@ -23,10 +23,11 @@ PATIENCE = 3  # consecutive log intervals after warmup
 MIN_AUC_GAIN = 0.01  # AUC rising at least this much over those intervals: still learning
 SUMMARY_TEXT = "disc_collapse"
 SUMMARY_FLAG = "disc_collapsed"
-# What keeps the discriminator learning (docs/demo_tuning.md, docs/pretraining_results.md).
-ADVICE = ('try a smaller generator ("generator_hidden_size": 0.125), a lower learning_rate or '
-          "longer num_warmup_steps, longer documents (max_seq_length 128), or a different "
-          "disc_weight (docs/collapse.md)")
+# What keeps the discriminator learning (docs/demo_tuning.md, docs/pretraining_results.md,
+# docs/transfer.md).
+ADVICE = ('try a smaller generator ("generator_hidden_size": 0.125), sampling it at a higher '
+          '"temperature" (3), a lower learning_rate or longer num_warmup_steps, longer documents '
+          "(max_seq_length 128), or a different disc_weight (docs/collapse.md)")
 
 
 def collapse_message(history: Sequence[tuple[int, Mapping[str, float]]], warmup_steps: int,
