@@ -13,11 +13,11 @@ import tensorflow as tf
 import tf_keras
 
 from electra_tf.config import PretrainingConfig
-from electra_tf.export import export_saved_model
 from electra_tf.finetuning import registry
-from electra_tf.finetuning.export import export_finetuned_saved_model
 from electra_tf.finetuning.features import all_feature_specs
 from electra_tf.finetuning.model import FinetuningModel
+from electra_tf.interop.finetuned_saved_model import export_finetuned_saved_model
+from electra_tf.interop.saved_model import export_saved_model
 from electra_tf.modeling.bert_config import BertConfig
 from electra_tf.pretraining.builder import build_pretraining_model
 from electra_tf.pretraining.masking import Inputs

@@ -15,7 +15,7 @@ Initialisation (``load_init_checkpoint``):
   ``discriminator`` tower is restored into the encoder;
 - our TF2 fine-tuning checkpoint (``tf.train.Checkpoint(model=FinetuningModel)``): the encoder
   and the heads of the tasks both runs share;
-- a Hugging Face ELECTRA folder: its discriminator (``electra_tf.hf_import``) fills the encoder.
+- a Hugging Face ELECTRA folder: its discriminator (``interop.hf_import``) fills the encoder.
 """
 
 from __future__ import annotations
@@ -200,7 +200,7 @@ def load_init_checkpoint(model: FinetuningModel, checkpoint: str) -> checkpoints
     ValueError: shape mismatch, or the checkpoint lacks encoder variables (a config that does
       not match the pre-trained model, e.g. ``model_size`` / ``embedding_size``).
   """
-  from electra_tf import model_source
+  from electra_tf.interop import model_source
 
   if model_source.is_hf(checkpoint):  # a Hugging Face ELECTRA folder
     prefix = checkpoint

@@ -20,9 +20,10 @@ from typing import Any
 
 import tensorflow as tf
 
-from electra_tf import checkpoints, model_source, tokenization, training
+from electra_tf import checkpoints, tokenization, training
 from electra_tf.config import PretrainingConfig
 from electra_tf.console import log
+from electra_tf.interop import model_source
 from electra_tf.optimization import create_optimizer
 from electra_tf.pretraining import data, flops, masking
 from electra_tf.pretraining import metrics as metrics_lib

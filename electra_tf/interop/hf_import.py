@@ -26,8 +26,9 @@ from typing import Any
 
 import numpy as np
 
-from electra_tf import hf_export, names
-from electra_tf.model_dir import shape_hparams
+from electra_tf import names
+from electra_tf.interop import hf_export
+from electra_tf.interop.model_dir import shape_hparams
 
 CONFIG_FILE = "config.json"
 DISCRIMINATOR_CLASSES = ("ElectraForPreTraining", "ElectraModel")

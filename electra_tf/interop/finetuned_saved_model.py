@@ -168,7 +168,7 @@ def export_finetuned_saved_model(model: Any, tasks: Sequence[Any], export_dir: s
                                  max_seq_length: int = 128) -> list[str]:
   """Writes ``export_dir`` (a SavedModel with one signature per task, and with ``vocab_file``
   the raw-text classify signatures and ``assets/vocab.txt``); returns the signature names."""
-  from electra_tf.export import attach_vocab
+  from electra_tf.interop.saved_model import attach_vocab
 
   module = FinetunedExport(model, tasks, vocab_file, do_lower_case, max_seq_length)
   attach_vocab(module, vocab_file)

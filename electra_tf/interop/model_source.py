@@ -21,7 +21,7 @@ import os
 from collections.abc import Mapping
 from typing import Any
 
-from electra_tf import model_dir
+from electra_tf.interop import model_dir
 
 
 @dataclasses.dataclass
@@ -46,7 +46,7 @@ class ModelSource:
 
 def is_hf(path: str | None) -> bool:
   """True for a Hugging Face ELECTRA folder (or a folder with discriminator/ + generator/)."""
-  from electra_tf.hf_import import is_hf_folder
+  from electra_tf.interop.hf_import import is_hf_folder
 
   return bool(path) and os.path.isdir(path) and is_hf_folder(path)
 
@@ -72,7 +72,7 @@ def describe(path: str | None, user: Mapping[str, Any], target: str = "pretraini
   if not _exists(path):
     return ModelSource(dict(user))
   if is_hf(path):
-    from electra_tf.hf_import import import_hf
+    from electra_tf.interop.hf_import import import_hf
 
     imported = import_hf(path, generator)
     merged = model_dir.merge_hparams(imported.hparams, user, source=f"Hugging Face {path}",
@@ -108,7 +108,7 @@ def load_hf_variables(path: str, variables: Mapping[str, Any],
   ``checkpoints.LoadReport``.
   """
   from electra_tf import checkpoints
-  from electra_tf.hf_import import assign, import_hf
+  from electra_tf.interop.hf_import import assign, import_hf
 
   arrays = import_hf(path).variables
   unused = tuple(sorted(set(arrays) - set(variables))) if allow_unused else ()
