@@ -30,10 +30,27 @@ from __future__ import annotations
 
 import os
 
+import numpy as np
+import tensorflow as tf
 from absl import app, flags
 
-from electra_tf import console
-from electra_tf.interop import model_dir, model_source
+from electra_tf import checkpoints, console, names
+from electra_tf.config import (
+  FinetuningConfig,
+  PretrainingConfig,
+  get_bert_config,
+  load_hparams,
+)
+from electra_tf.finetuning import registry
+from electra_tf.finetuning.model import FinetuningModel, create_model, load_init_checkpoint
+from electra_tf.interop import deploy_exports, hf_import, model_dir, model_source, staged_output
+from electra_tf.interop.finetuned_saved_model import export_finetuned_saved_model
+from electra_tf.interop.hf_export import export_hf
+from electra_tf.interop.hf_tokenizer import write_tokenizer_files
+from electra_tf.interop.saved_model import export_encoder_saved_model, export_saved_model
+from electra_tf.optimization import create_optimizer
+from electra_tf.pretraining.builder import build_pretraining_model
+from electra_tf.pretraining.model import PretrainingModel
 
 FLAGS = flags.FLAGS
 EXPORTS = ("tf1", "tf2", "saved_model", "encoder", "hf")  # the folders under --output_dir
@@ -66,14 +83,6 @@ def convert(checkpoint: str, hparams: str | dict, output_dir: str, hf: bool = Fa
             vocab_file: str | None = None) -> dict[str, object]:
   """Loads ``checkpoint`` (see the module docstring) into the model its stored / inferred
   shape and ``hparams`` describe and writes every format."""
-  import numpy as np
-  import tensorflow as tf
-
-  from electra_tf import checkpoints, names
-  from electra_tf.config import PretrainingConfig, load_hparams
-  from electra_tf.interop.saved_model import export_encoder_saved_model, export_saved_model
-  from electra_tf.pretraining.builder import build_pretraining_model
-
   source = model_source.describe(checkpoint, load_hparams(hparams),
                                  generator=generator_checkpoint)
   if source.message:
@@ -83,31 +92,47 @@ def convert(checkpoint: str, hparams: str | dict, output_dir: str, hf: bool = Fa
   # Special-token ids only matter for masking during training, never for the exports.
   model = build_pretraining_model(config, vocab={})
   variables = model.tf1_variables()
-  global_step = 0
-  slots: dict[str, object] = {}  # optimizer slots by official name, for tf1/
-  prefix = None if source.hf is not None else checkpoints.resolve_checkpoint(checkpoint)
-  if source.hf is not None:
-    from electra_tf.interop.hf_import import assign
+  loaded = source.model or model_source.load_model(checkpoint)
+  report, global_step, slots = load_pretraining_weights(model, variables, loaded,
+                                                        config.optimizer)
+  written = write_pretraining_exports(model, variables, slots, global_step, config,
+                                      output_dir, vocab_file, hf)
+  return {**written, "report": report, "global_step": global_step, "config": config}
 
-    assign(variables, source.hf.variables)
-    report = None
-  elif checkpoints.is_tf1_checkpoint(prefix):
+
+def load_pretraining_weights(model: PretrainingModel, variables: dict[str, tf.Variable],
+                             loaded: model_source.LoadedModel, optimizer: str
+                             ) -> tuple[checkpoints.LoadReport | None, int, dict[str, object]]:
+  """Fills a pre-training ``model`` (``variables``: its TF1-named variables) from ``loaded``;
+  returns (the TF1 load report or None, the global step, the optimizer slots for tf1/)."""
+  if loaded.kind == model_source.HUGGING_FACE:
+    hf_import.assign(variables, loaded.hf.variables)
+    return None, 0, {}
+  prefix = loaded.prefix
+  if loaded.kind == model_source.TF1:
     report = checkpoints.load_tf1_checkpoint(variables, prefix, allow_unused=False)
+    global_step = 0
     with checkpoints.reading(prefix):
       reader = tf.train.load_checkpoint(prefix)
       if reader.has_tensor(names.GLOBAL_STEP):
         global_step = int(reader.get_tensor(names.GLOBAL_STEP))
     console.log(f"TF1 checkpoint {prefix}: {report.summary()}")
-    slots = passed_through_slots(prefix, report, variables)
-  else:
-    step = tf.Variable(0, dtype=tf.int64)
-    with checkpoints.reading(prefix):
-      status = tf.train.Checkpoint(model=model, step=step).read(prefix)
-    status.expect_partial().assert_existing_objects_matched()
-    global_step = int(step.numpy())
-    report = None
-    console.log(f"TF2 checkpoint {prefix} restored (step {global_step})")
-    slots = training_slots(prefix, model, config.optimizer)
+    return report, global_step, passed_through_slots(prefix, report, variables)
+  step = tf.Variable(0, dtype=tf.int64)
+  with checkpoints.reading(prefix):
+    status = tf.train.Checkpoint(model=model, step=step).read(prefix)
+  status.expect_partial().assert_existing_objects_matched()
+  global_step = int(step.numpy())
+  console.log(f"TF2 checkpoint {prefix} restored (step {global_step})")
+  return None, global_step, training_slots(prefix, model, optimizer)
+
+
+def write_pretraining_exports(model: PretrainingModel, variables: dict[str, tf.Variable],
+                              slots: dict[str, object], global_step: int,
+                              config: PretrainingConfig, output_dir: str,
+                              vocab_file: str | None, hf: bool) -> dict[str, object]:
+  """tf2/, saved_model/, encoder/, tf1/ and (with ``hf``) hf/ of a loaded pre-training model,
+  each with its hparams.json and vocab.txt; returns where each went."""
   step_var = tf.Variable(global_step, dtype=tf.int64)
   tf2_prefix = tf.train.Checkpoint(model=model, step=step_var).write(
       os.path.join(output_dir, "tf2", "ckpt"))
@@ -122,15 +147,13 @@ def convert(checkpoint: str, hparams: str | dict, output_dir: str, hf: bool = Fa
   if hf and config.electric_objective:
     console.log("Electric has no Hugging Face model class: skipping the hf/ export")
   elif hf:
-    from electra_tf.interop.hf_export import export_hf
     hf_dir = os.path.join(output_dir, "hf")
     hf_folders = export_hf(variables, model.discriminator.config, model.generator_config,
                            config.embedding_size, hf_dir,
                            untied_generator_embeddings=config.untied_generator_embeddings)
   write_model_files(output_dir, config, vocab_file, list(hf_folders.values()))
   return {"tf2": tf2_prefix, "hf": hf_dir, "saved_model": os.path.join(output_dir, "saved_model"),
-          "signatures": signatures, "tf1": tf1_prefix, "report": report,
-          "global_step": global_step, "config": config}
+          "signatures": signatures, "tf1": tf1_prefix}
 
 
 def training_slots(prefix: str, model: object, optimizer: str) -> dict[str, object]:
@@ -138,9 +161,6 @@ def training_slots(prefix: str, model: object, optimizer: str) -> dict[str, obje
   ``optimizer`` ("adamw" | "lamb", from hparams.json) built for the model's trainable
   variables; {} when the checkpoint holds no optimizer state or (one line says why) state
   that does not fit."""
-  from electra_tf import checkpoints
-  from electra_tf.optimization import create_optimizer
-
   if not checkpoints.tf2_slot_count(prefix):
     return {}
   # The schedule does not matter: only the slots are read, never applied.
@@ -158,8 +178,6 @@ def passed_through_slots(prefix: str, report: object,
                          variables: dict[str, object]) -> dict[str, object]:
   """The optimizer slots a TF1 checkpoint carries (``report.unused_optimizer_state``), as
   stored, for the exported ``variables``; slots of other variables are dropped (one line)."""
-  from electra_tf import checkpoints
-
   slots, orphans = checkpoints.tf1_slots(prefix, report.unused_optimizer_state, variables)
   if orphans:
     console.log(f"tf1/: dropped {len(orphans)} optimizer slots of variables the model does not "
@@ -169,8 +187,6 @@ def passed_through_slots(prefix: str, report: object,
 
 def log_tf1_slots(variables: dict[str, object], slots: dict[str, object]) -> None:
   """One line when tf1/ carries optimizer slots: ``tf1/: 82 variables + 164 adam slots``."""
-  from electra_tf import checkpoints
-
   if slots:
     console.log(f"tf1/: {len(variables)} variables + {checkpoints.slots_summary(slots)}")
 
@@ -179,9 +195,6 @@ def write_model_files(output_dir: str, config: object, vocab_file: str | None,
                       hf_folders: list[str] = ()) -> None:
   """``hparams.json`` + ``vocab.txt`` into ``output_dir`` and each of its exports, and the
   tokenizer files into each Hugging Face folder, so every output describes itself."""
-  from electra_tf.config import get_bert_config
-  from electra_tf.interop.hf_tokenizer import write_tokenizer_files
-
   if not vocab_file:
     console.log("no vocab.txt beside the checkpoint: the exports get none (pass --vocab_file)")
   for sub in ("",) + EXPORTS:
@@ -193,21 +206,10 @@ def write_model_files(output_dir: str, config: object, vocab_file: str | None,
                           get_bert_config(config).max_position_embeddings)
 
 
-def convert_finetuned(checkpoint: str, hparams: str | dict, output_dir: str,
-                      data_dir: str | None = None) -> dict[str, object]:
-  """A fine-tuned checkpoint (ours, TF2 or TF1 names) -> ``tf2/``, ``saved_model/`` with the
-  task signatures (``classify`` / ``squad`` / ``tag``, see ``finetuned_saved_model``),
-  ``encoder/`` (TF-Hub style) and ``tf1/``. ``data_dir`` gives vocab.txt and the task folders
-  (label lists), as for ``run_finetuning.py``."""
-  import tensorflow as tf
-
-  from electra_tf import checkpoints
-  from electra_tf.config import FinetuningConfig, load_hparams
-  from electra_tf.finetuning import registry
-  from electra_tf.finetuning.model import create_model, load_init_checkpoint
-  from electra_tf.interop.finetuned_saved_model import export_finetuned_saved_model
-  from electra_tf.interop.saved_model import export_encoder_saved_model
-
+def finetuned_config(checkpoint: str, hparams: str | dict, output_dir: str,
+                     data_dir: str | None) -> tuple[FinetuningConfig, model_source.ModelSource]:
+  """The ``FinetuningConfig`` of a fine-tuned ``checkpoint``: ``hparams`` over its stored or
+  inferred shape, its ``task_names`` and ``vocab.txt`` unless given; and where that came from."""
   user = load_hparams(hparams)
   stored = model_dir.read_model_hparams(checkpoint) or {}
   if "task_names" not in user and "task_names" in stored:
@@ -218,21 +220,39 @@ def convert_finetuned(checkpoint: str, hparams: str | dict, output_dir: str,
   merged = source.with_record(FinetuningConfig)
   if source.vocab_file and "vocab_file" not in user:
     merged["vocab_file"] = source.vocab_file
-  config = FinetuningConfig("convert", data_dir or output_dir, **merged)
+  return FinetuningConfig("convert", data_dir or output_dir, **merged), source
+
+
+def convert_finetuned(checkpoint: str, hparams: str | dict, output_dir: str,
+                      data_dir: str | None = None) -> dict[str, object]:
+  """A fine-tuned checkpoint (ours, TF2 or TF1 names) -> ``tf2/``, ``saved_model/`` with the
+  task signatures (``classify`` / ``squad`` / ``tag``, see ``finetuned_saved_model``),
+  ``encoder/`` (TF-Hub style) and ``tf1/``. ``data_dir`` gives vocab.txt and the task folders
+  (label lists), as for ``run_finetuning.py``."""
+  config, source = finetuned_config(checkpoint, hparams, output_dir, data_dir)
   tasks = registry.build_tasks(config)
   model = create_model(config, tasks)
-  report = load_init_checkpoint(model, checkpoint)
+  loaded = source.model or model_source.load_model(checkpoint)
+  report = load_init_checkpoint(model, loaded)
   if report.missing:
     raise ValueError(f"checkpoint {checkpoint} lacks {len(report.missing)} task-head "
                      f"variable(s), first: {report.missing[0]} (is it a fine-tuned checkpoint "
                      "of these task_names?)")
   variables = model.tf1_variables()
   slots: dict[str, object] = {}  # optimizer slots by official name, for tf1/
-  if not model_source.is_hf(checkpoint):
-    prefix = checkpoints.resolve_checkpoint(checkpoint)
-    slots = (passed_through_slots(prefix, report, variables)
-             if checkpoints.is_tf1_checkpoint(prefix)
-             else training_slots(prefix, model, config.optimizer))
+  if loaded.kind == model_source.TF1:
+    slots = passed_through_slots(loaded.prefix, report, variables)
+  elif loaded.kind == model_source.TF2:
+    slots = training_slots(loaded.prefix, model, config.optimizer)
+  written = write_finetuned_exports(model, tasks, variables, slots, config, output_dir)
+  return {**written, "report": report, "tasks": tasks, "config": config}
+
+
+def write_finetuned_exports(model: FinetuningModel, tasks: list, variables: dict[str, object],
+                            slots: dict[str, object], config: FinetuningConfig,
+                            output_dir: str) -> dict[str, object]:
+  """tf2/, saved_model/ (the task signatures), encoder/ and tf1/ of a loaded fine-tuned
+  model, each with its hparams.json and vocab.txt; returns where each went."""
   tf2_prefix = tf.train.Checkpoint(model=model).write(os.path.join(output_dir, "tf2", "ckpt"))
   saved_model = os.path.join(output_dir, "saved_model")
   signatures = export_finetuned_saved_model(model, tasks, saved_model, config.vocab_file,
@@ -244,7 +264,7 @@ def convert_finetuned(checkpoint: str, hparams: str | dict, output_dir: str,
   log_tf1_slots(variables, slots)
   write_model_files(output_dir, config, config.vocab_file)
   return {"tf2": tf2_prefix, "saved_model": saved_model, "signatures": sorted(signatures),
-          "tf1": tf1_prefix, "hf": None, "report": report, "tasks": tasks, "config": config}
+          "tf1": tf1_prefix, "hf": None}
 
 
 def is_finetuned(checkpoint: str, hparams: dict) -> bool:
@@ -261,9 +281,6 @@ def main(argv):
     raise app.UsageError(f"unexpected arguments: {' '.join(argv[1:])}")
   if not FLAGS.checkpoint or not FLAGS.output_dir:
     raise app.UsageError("--checkpoint and --output_dir are required")
-  from electra_tf.config import load_hparams
-  from electra_tf.interop import deploy_exports, staged_output
-
   finetuned = is_finetuned(FLAGS.checkpoint, load_hparams(FLAGS.hparams))
   litert = deploy_exports.check_requests(FLAGS.litert, FLAGS.keras_hub, FLAGS.checkpoint,
                                         finetuned)

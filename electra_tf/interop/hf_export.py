@@ -19,7 +19,6 @@ Electric's two-tower cloze generator has no HF class and is rejected.
 
 from __future__ import annotations
 
-import dataclasses
 import json
 import os
 from collections.abc import Mapping
@@ -29,17 +28,20 @@ import numpy as np
 from safetensors.numpy import load_file, save_file
 
 from electra_tf import atomic_io, names
+from electra_tf.interop.hf_import import (
+    CONFIG_FILE,
+    DISCRIMINATOR_DIR,
+    GENERATOR_DIR,
+    LAYER_NORM_EPS,
+    bert_config_from_hf,
+)
 from electra_tf.modeling.bert_config import BertConfig
 from electra_tf.names import HfTable
 
-DISCRIMINATOR_DIR = "discriminator"
-GENERATOR_DIR = "generator"
 LAYOUT_FILE = "electra_tf_layout.json"
 WEIGHTS_FILE = "model.safetensors"
-CONFIG_FILE = "config.json"
 DISCRIMINATOR_CLASS = "ElectraForPreTraining"
 GENERATOR_CLASS = "ElectraForMaskedLM"
-LAYER_NORM_EPS = 1e-12  # contrib layer_norm's epsilon, what every official LayerNorm uses
 
 
 def hf_config(config: BertConfig, embedding_size: int, architecture: str) -> dict[str, Any]:
@@ -65,13 +67,6 @@ def hf_config(config: BertConfig, embedding_size: int, architecture: str) -> dic
       "position_embedding_type": "absolute",
       "tie_word_embeddings": True,
   }
-
-
-def bert_config_from_hf(cfg: Mapping[str, Any]) -> tuple[BertConfig, int]:
-  """(BertConfig, embedding_size) from an HF ELECTRA ``config.json``."""
-  fields = {f.name for f in dataclasses.fields(BertConfig)}
-  config = BertConfig.from_dict({k: v for k, v in cfg.items() if k in fields})
-  return config, int(cfg.get("embedding_size", config.hidden_size))
 
 
 def _as_array(value: Any) -> np.ndarray:
