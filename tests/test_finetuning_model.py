@@ -10,7 +10,7 @@ import tensorflow as tf
 
 from electra_tf import names
 from electra_tf.config import FinetuningConfig, PretrainingConfig, load_hparams
-from electra_tf.finetuning import model as model_lib
+from electra_tf.finetuning import finetuning_model as model_lib
 from electra_tf.finetuning import registry
 from electra_tf.interop import finetuned_saved_model as export
 from electra_tf.pretraining import masking

@@ -158,7 +158,7 @@ def test_finetuning_and_pretraining_start_from_hf(hf_ref, hf_out, tmp_path, star
   """init_checkpoint = the HF folder itself, or convert's output folder: shape, vocabulary and
   weights come from it."""
   from electra_tf.finetuning import registry
-  from electra_tf.finetuning.model import create_model, load_init_checkpoint
+  from electra_tf.finetuning.finetuning_model import create_model, load_init_checkpoint
   from electra_tf.interop.model_source import finetuning_config, pretraining_config
   from electra_tf.pretraining.builder import build_pretraining_model
   from electra_tf.pretraining.task import init_from_checkpoint

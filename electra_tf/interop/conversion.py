@@ -42,7 +42,11 @@ from electra_tf.config import (
   load_hparams,
 )
 from electra_tf.finetuning import registry
-from electra_tf.finetuning.model import FinetuningModel, create_model, load_init_checkpoint
+from electra_tf.finetuning.finetuning_model import (
+  FinetuningModel,
+  create_model,
+  load_init_checkpoint,
+)
 from electra_tf.interop import deploy_exports, hf_import, model_dir, model_source, staged_output
 from electra_tf.interop.finetuned_saved_model import export_finetuned_saved_model
 from electra_tf.interop.hf_export import export_hf
@@ -50,7 +54,7 @@ from electra_tf.interop.hf_tokenizer import write_tokenizer_files
 from electra_tf.interop.saved_model import export_encoder_saved_model, export_saved_model
 from electra_tf.optimization import create_optimizer
 from electra_tf.pretraining.builder import build_pretraining_model
-from electra_tf.pretraining.model import PretrainingModel
+from electra_tf.pretraining.pretraining_model import PretrainingModel
 
 FLAGS = flags.FLAGS
 EXPORTS = ("tf1", "tf2", "saved_model", "encoder", "hf")  # the folders under --output_dir

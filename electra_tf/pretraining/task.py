@@ -30,7 +30,7 @@ from electra_tf.pretraining import metrics as metrics_lib
 from electra_tf.pretraining import objective as objective_lib
 from electra_tf.pretraining.builder import build_pretraining_model
 from electra_tf.pretraining.collapse import CollapseWatch
-from electra_tf.pretraining.model import PretrainingModel
+from electra_tf.pretraining.pretraining_model import PretrainingModel
 from electra_tf.training import hardware
 from electra_tf.training.accumulation import BATCH_TOTALS
 
