@@ -20,7 +20,7 @@ embedding 128 projected to 256) and ELECTRA-Base (hidden 768, 12 layers, 12 head
   layer-wise decay), the same kind of multi-step ``tf.function`` loop;
 - ``tfm_eval``: its forward only (logits and loss), the same loop without the update;
 - ``latency``: batch-1 latency of one 128-token example: our model exported with
-  ``electra_tf.finetuning.export`` (as ``convert`` writes it, to a temporary folder), loaded back
+  ``interop.finetuned_saved_model`` (as ``convert`` writes it, to a temporary folder), loaded back
   and called through its ``classify`` signature; the same ``classify`` function called directly
   (a ``tf.function``, not loaded from disk); tf-models' classifier (with a softmax, as
   ``classify``) called as a ``tf.function``. Calls are interleaved; each reports its median.
@@ -65,10 +65,10 @@ from timing import Runner  # noqa: E402
 
 from electra_tf import tokenization, training  # noqa: E402
 from electra_tf.config import FinetuningConfig, get_bert_config  # noqa: E402
-from electra_tf.finetuning import model as model_lib  # noqa: E402
+from electra_tf.finetuning import finetuning_model as model_lib  # noqa: E402
 from electra_tf.finetuning import registry  # noqa: E402
-from electra_tf.finetuning.export import FinetunedExport, export_finetuned_saved_model  # noqa: E402
 from electra_tf.finetuning.runner import train_step_outputs  # noqa: E402
+from electra_tf.interop.finetuned_saved_model import FinetunedExport, export_finetuned_saved_model  # noqa: E402
 
 _SHARED = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "..",
                        "shared")

@@ -156,7 +156,7 @@ class LiteRTClassify:
   """A ``.tflite`` file's ``classify`` signature on numpy inputs."""
 
   def __init__(self, path: str, threads: int):
-    from electra_tf.litert_export import LiteRTRunner
+    from electra_tf.interop.litert_export import LiteRTRunner
 
     self.runner = LiteRTRunner(path, "classify", num_threads=threads)
 
@@ -201,14 +201,14 @@ def keras_hub_check(export: str, inputs: dict[str, np.ndarray], texts: list[str]
   import tensorflow as tf
 
   from electra_tf import tokenization
-  from electra_tf.keras_hub_check import check_env
+  from electra_tf.interop.keras_hub_check import check_env
 
   n = FLAGS.keras_hub_rows
   with tempfile.TemporaryDirectory() as tmp:
     np.savez(os.path.join(tmp, "in.npz"), texts=np.asarray(texts[:n]),
              **{k: v[:n] for k, v in inputs.items()})
     proc = subprocess.run(
-        [sys.executable, "-m", "electra_tf.keras_hub_check", "--preset",
+        [sys.executable, "-m", "electra_tf.interop.keras_hub_check", "--preset",
          os.path.join(export, "keras_hub"), "--inputs", os.path.join(tmp, "in.npz"),
          "--output", os.path.join(tmp, "out.npz")],
         cwd=_REPO, env=check_env(), capture_output=True, text=True)

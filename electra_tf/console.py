@@ -147,6 +147,12 @@ def run(main: Callable[[list[str]], object], prog: str,
   app.run(checked_main, argv=list(sys.argv if argv is None else argv), flags_parser=parse)
 
 
+def first_line(error: BaseException) -> str:
+  """The first line of an exception's message as it stands (its type name if it is empty)."""
+  text = getattr(error, "message", None) or str(error) or type(error).__name__
+  return text.strip().splitlines()[0] if text.strip() else type(error).__name__
+
+
 def error_line(error: BaseException) -> str:
   """The first line of an exception's message; the type is named when it says little."""
   message = getattr(error, "message", None) or str(error)

@@ -10,8 +10,8 @@ import tensorflow as tf
 from helpers.checkpoint_asserts import assert_same_checkpoint, max_diff
 from helpers.paths import REPO_ROOT
 
-from electra_tf.convert import convert, convert_finetuned
-from electra_tf.hf_export import load_hf_export
+from electra_tf.interop.conversion import convert, convert_finetuned
+from electra_tf.interop.hf_export import load_hf_export
 
 ATOL = 1e-5
 

@@ -10,9 +10,10 @@ import pytest
 import tensorflow as tf
 from helpers.paths import REPO_ROOT
 
-from electra_tf import deploy_exports, litert_export, tokenization
-from electra_tf.convert import convert_finetuned
-from electra_tf.keras_hub_check import check_env
+from electra_tf import tokenization
+from electra_tf.interop import deploy_exports, litert_export
+from electra_tf.interop.conversion import convert_finetuned
+from electra_tf.interop.keras_hub_check import check_env
 
 INPUTS = ("input_ids", "input_mask", "segment_ids")
 # max |LiteRT - SavedModel| over the reference inputs, measured (rte logits / chunk logits):
@@ -96,7 +97,7 @@ def test_keras_hub_preset_loads_offline_and_matches_encoder(exported, reference_
                     "An UNBELIEVABLY good film... 東京 isn't far."])
   np.savez(tmp_path / "in.npz", texts=texts, **{k: g[f"rte/in/{k}"] for k in INPUTS})
   proc = subprocess.run(
-      [sys.executable, "-m", "electra_tf.keras_hub_check", "--preset", preset,
+      [sys.executable, "-m", "electra_tf.interop.keras_hub_check", "--preset", preset,
        "--inputs", str(tmp_path / "in.npz"), "--output", str(tmp_path / "out.npz")],
       cwd=REPO_ROOT, env=check_env(), capture_output=True, text=True, timeout=300)
   assert proc.returncode == 0, proc.stderr[-2000:]
@@ -195,7 +196,7 @@ def test_parse_variants():
 @pytest.mark.slow
 def test_keras_hub_preset_of_pretraining_model(reference_dir, tmp_path):
   """A pre-training model's discriminator tower as a preset, against the official outputs."""
-  from electra_tf.convert import convert
+  from electra_tf.interop.conversion import convert
 
   folder = reference_dir / "electra_small_2l"
   g = dict(np.load(folder / "golden.npz"))
@@ -205,7 +206,7 @@ def test_keras_hub_preset_of_pretraining_model(reference_dir, tmp_path):
   np.savez(tmp_path / "in.npz", input_ids=g["input_ids"], input_mask=g["input_mask"],
            segment_ids=g["segment_ids"])
   proc = subprocess.run(
-      [sys.executable, "-m", "electra_tf.keras_hub_check", "--preset", result["keras_hub"],
+      [sys.executable, "-m", "electra_tf.interop.keras_hub_check", "--preset", result["keras_hub"],
        "--inputs", str(tmp_path / "in.npz"), "--output", str(tmp_path / "out.npz")],
       cwd=REPO_ROOT, env=check_env(), capture_output=True, text=True, timeout=300)
   assert proc.returncode == 0, proc.stderr[-2000:]

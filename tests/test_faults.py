@@ -232,7 +232,7 @@ def _truncate_data(prefix: str) -> None:
 
 
 def test_corrupt_checkpoint_is_one_line(reference_dir, tmp_path):
-  from electra_tf.convert import convert
+  from electra_tf.interop.conversion import convert
 
   folder = reference_dir / "electra_small_2l"
   truncated = _copy_checkpoint(folder, tmp_path / "truncated")
@@ -426,7 +426,7 @@ def test_non_utf8_vocab_names_the_file(tmp_path, vocab_file):
 
 
 def test_staged_export_keeps_the_old_folder_when_writing_fails(tmp_path):
-  from electra_tf import staging
+  from electra_tf.interop import staged_output as staging
 
   out = tmp_path / "out"
   out.mkdir()

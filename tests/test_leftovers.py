@@ -17,10 +17,12 @@ import pytest
 from helpers import toy_train
 from helpers.paths import REPO_ROOT
 
-from electra_tf import atomic_io, checkpoints, hf_tokenizer, staging, training
+from electra_tf import atomic_io, checkpoints, training
 from electra_tf.config import FinetuningConfig, PretrainingConfig
 from electra_tf.finetuning.trials import run_finetuning
-from electra_tf.model_dir import write_model_files
+from electra_tf.interop import hf_tokenizer
+from electra_tf.interop import staged_output as staging
+from electra_tf.interop.model_dir import write_model_files
 
 ENV = {**os.environ, "TF_CPP_MIN_LOG_LEVEL": "3", "CUDA_VISIBLE_DEVICES": "-1",
        "TF_USE_LEGACY_KERAS": "1", "PYTHONPATH": str(REPO_ROOT)}
@@ -52,7 +54,8 @@ def test_written_files_get_the_umask_mode(tmp_path, vocab_file, umask_022):
 def test_a_killed_export_leftover_goes_with_the_next_successful_one(tmp_path):
   out = tmp_path / "export"
   killed = subprocess.run(
-      [sys.executable, "-c", "import os, signal; from electra_tf import staging\n"
+      [sys.executable, "-c", "import os, signal\n"
+       "from electra_tf.interop import staged_output as staging\n"
        f"with staging.staged_dir({str(out)!r}) as stage:\n"
        "  open(os.path.join(stage, 'big.bin'), 'wb').write(b'x' * 1000)\n"
        "  os.kill(os.getpid(), signal.SIGKILL)"],

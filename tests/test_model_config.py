@@ -13,16 +13,16 @@ import tensorflow as tf
 import tf_keras
 
 from electra_tf.config import PretrainingConfig
-from electra_tf.export import export_saved_model
 from electra_tf.finetuning import registry
-from electra_tf.finetuning.export import export_finetuned_saved_model
 from electra_tf.finetuning.features import all_feature_specs
-from electra_tf.finetuning.model import FinetuningModel
+from electra_tf.finetuning.finetuning_model import FinetuningModel
+from electra_tf.interop.finetuned_saved_model import export_finetuned_saved_model
+from electra_tf.interop.saved_model import export_saved_model
 from electra_tf.modeling.bert_config import BertConfig
 from electra_tf.pretraining.builder import build_pretraining_model
 from electra_tf.pretraining.masking import Inputs
-from electra_tf.pretraining.model import PretrainingModel
 from electra_tf.pretraining.objective import Objective
+from electra_tf.pretraining.pretraining_model import PretrainingModel
 
 T = 24  # >= the SQuAD head's beam size (20)
 TINY = dict(vocab_size=30, max_seq_length=16, embedding_size=8, generator_hidden_size=0.5,

@@ -9,7 +9,7 @@ import pytest
 import tensorflow as tf
 from helpers.paths import REPO_ROOT
 
-from electra_tf import checkpoints, model_dir
+from electra_tf import checkpoints
 from electra_tf.config import (
   FinetuningConfig,
   PretrainingConfig,
@@ -17,6 +17,7 @@ from electra_tf.config import (
   get_generator_config,
   load_hparams,
 )
+from electra_tf.interop import model_dir
 from electra_tf.modeling.bert_config import BertConfig
 from electra_tf.pretraining.builder import build_pretraining_model
 

@@ -14,7 +14,7 @@ import tensorflow as tf
 from safetensors import safe_open
 
 from electra_tf import names
-from electra_tf.hf_export import bert_config_from_hf
+from electra_tf.interop.hf_import import bert_config_from_hf
 from electra_tf.modeling.bert_config import BertConfig
 from electra_tf.modeling.encoder import Transformer
 from electra_tf.modeling.heads import DiscriminatorHead, MaskedLMHead

@@ -12,7 +12,7 @@ from electra_tf.modeling.heads import DiscriminatorHead
 from electra_tf.pretraining import masking
 from electra_tf.pretraining import objective as obj
 from electra_tf.pretraining.builder import build_objective, build_pretraining_model
-from electra_tf.pretraining.model import PretrainingModel
+from electra_tf.pretraining.pretraining_model import PretrainingModel
 
 SPECIAL = (("[SEP]", 3), ("[CLS]", 2), ("[MASK]", 4))
 V = 8

@@ -22,7 +22,7 @@ from data_prep import build_pretraining_dataset as bpd
 from electra_tf import training
 from electra_tf.config import PretrainingConfig
 from electra_tf.finetuning import classification, features
-from electra_tf.finetuning.model import FinetuningModel
+from electra_tf.finetuning.finetuning_model import FinetuningModel
 from electra_tf.modeling.bert_config import BertConfig
 from electra_tf.modeling.encoder import Transformer
 from electra_tf.pretraining.builder import build_pretraining_model

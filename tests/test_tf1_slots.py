@@ -15,11 +15,11 @@ import tensorflow as tf
 from helpers import pretrain_data
 from helpers.checkpoint_asserts import assert_same_checkpoint
 
-from electra_tf import checkpoints, model_dir, names
+from electra_tf import checkpoints, names
 from electra_tf.config import FinetuningConfig, PretrainingConfig
-from electra_tf.convert import convert, convert_finetuned, training_slots
-from electra_tf.finetuning import model as finetuning_model
-from electra_tf.finetuning import registry
+from electra_tf.finetuning import finetuning_model, registry
+from electra_tf.interop import model_dir
+from electra_tf.interop.conversion import convert, convert_finetuned, training_slots
 from electra_tf.pretraining import task
 from electra_tf.pretraining.builder import build_pretraining_model
 

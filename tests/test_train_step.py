@@ -16,7 +16,7 @@ import tensorflow as tf
 
 from electra_tf import checkpoints, training
 from electra_tf.config import FinetuningConfig
-from electra_tf.finetuning import model as model_lib
+from electra_tf.finetuning import finetuning_model as model_lib
 from electra_tf.finetuning import registry
 
 LOSS_ATOL = 1e-5  # model outputs, as tests/test_finetuning_model.py

@@ -14,8 +14,8 @@ from helpers import user_data
 import run_finetuning as rf
 from electra_tf.config import FinetuningConfig
 from electra_tf.finetuning import registry
-from electra_tf.finetuning.export import export_finetuned_saved_model
-from electra_tf.finetuning.model import create_model
+from electra_tf.finetuning.finetuning_model import create_model
+from electra_tf.interop.finetuned_saved_model import export_finetuned_saved_model
 
 TINY = {"model_hparam_overrides": {"hidden_size": 32, "num_hidden_layers": 2},
         "embedding_size": 16, "max_seq_length": 64, "train_batch_size": 8,

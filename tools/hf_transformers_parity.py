@@ -36,7 +36,8 @@ def _tf_side(work_dir: pathlib.Path) -> list[str]:
   """Exports the models and writes ``<variant>/inputs_and_ours.npz``; returns the variants."""
   os.environ.setdefault("TF_USE_LEGACY_KERAS", "1")
   sys.path.insert(0, str(REPO))
-  from electra_tf import checkpoints, hf_export
+  from electra_tf import checkpoints
+  from electra_tf.interop import hf_export
   from electra_tf.modeling.bert_config import BertConfig
   from electra_tf.modeling.encoder import Transformer
   from electra_tf.modeling.heads import DiscriminatorHead, MaskedLMHead

@@ -29,8 +29,9 @@ import numpy as np  # noqa: E402
 import tensorflow as tf  # noqa: E402
 from absl import app, flags  # noqa: E402
 
-from electra_tf import checkpoints, model_dir, model_source, names, tokenization  # noqa: E402
+from electra_tf import checkpoints, names, tokenization
 from electra_tf.config import PretrainingConfig, get_bert_config  # noqa: E402
+from electra_tf.interop import model_dir, model_source  # noqa: E402
 from electra_tf.modeling.encoder import Transformer  # noqa: E402
 
 FLAGS = flags.FLAGS

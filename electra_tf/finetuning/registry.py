@@ -14,7 +14,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from electra_tf.config import FinetuningConfig
-from electra_tf.finetuning import classification, qa, tagging
+from electra_tf.finetuning import classification, qa, tagging, tfds_glue
 from electra_tf.finetuning.task_base import Task
 from electra_tf.finetuning.user import spec as user_spec
 from electra_tf.finetuning.user import tasks as user_tasks
@@ -111,18 +111,13 @@ def get_tasks(task_names: Sequence[str], tokenizer: Any, data_dir: str, max_seq_
           for i, (name, raw_dir) in enumerate(zip(task_names, raw_dirs, strict=True))]
 
 
-def _tfds_glue_names():
-  from electra_tf.finetuning import tfds_glue
-  return tfds_glue.TFDS_GLUE
-
-
 def build_tasks(config: FinetuningConfig, use_tfds: bool = False) -> list[Task]:
   """The run's tasks (official ``task_builder.get_tasks``), raw data in
   ``config.raw_data_dir(task)``; an unknown name or a missing data folder is a one-line error."""
   for name in config.task_names:
     raw = config.raw_data_dir(name)
     _check_name(name, raw)
-    if not (use_tfds and name in _tfds_glue_names()) and not os.path.isdir(raw):
+    if not (use_tfds and name in tfds_glue.TFDS_GLUE) and not os.path.isdir(raw):
       raise FileNotFoundError(f"data folder for task '{name}' not found: {raw}")
   if not os.path.isfile(config.vocab_file):
     raise FileNotFoundError(f"vocab file not found: {config.vocab_file} (put vocab.txt in the "

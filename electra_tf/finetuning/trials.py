@@ -9,13 +9,14 @@ import shutil
 import tensorflow as tf
 import tf_keras
 
-from electra_tf import checkpoints, model_source, training
+from electra_tf import checkpoints, training
 from electra_tf.config import FinetuningConfig
 from electra_tf.console import log
 from electra_tf.finetuning import outputs, registry
 from electra_tf.finetuning.preprocessing import Preprocessor, make_examples_fn
 from electra_tf.finetuning.runner import ModelRunner
-from electra_tf.model_dir import write_model_files
+from electra_tf.interop import model_source
+from electra_tf.interop.model_dir import write_model_files
 
 INTERRUPTED = "INTERRUPTED"  # in a trial's model_dir: resume it instead of starting afresh
 
@@ -40,6 +41,22 @@ def trial_seed(seed: int | None, trial: int) -> int | None:
   return None if seed is None else seed + trial - 1
 
 
+def prepare_trial_dir(config: FinetuningConfig, trial: int) -> tuple[str, str]:
+  """(the model_dir of trial ``trial``, its INTERRUPTED marker). Training resumes a trial a
+  signal stopped, else starts it afresh, with the model's shape and vocabulary written."""
+  model_dir = f"{config.model_dir}_{trial}"
+  interrupted = os.path.join(model_dir, INTERRUPTED)
+  if config.do_train and tf.io.gfile.exists(interrupted):  # stopped by a signal: resume it
+    tf.io.gfile.remove(interrupted)
+    log(f"Resuming trial {trial}, interrupted earlier, from {model_dir}")
+  elif config.do_train and tf.io.gfile.exists(model_dir):
+    tf.io.gfile.rmtree(model_dir)  # official rmkdir: every trial starts afresh
+  if config.do_train:  # the model's shape and vocabulary beside its checkpoints
+    for folder in (model_dir, os.path.join(model_dir, "tf1")):
+      write_model_files(folder, config, config.vocab_file)
+  return model_dir, interrupted
+
+
 def run_finetuning(config: FinetuningConfig, strategy: tf.distribute.Strategy | None = None,
                    use_tfds: bool = False, tfds_data_dir: str | None = None
                    ) -> list[dict[str, dict[str, float]]]:
@@ -62,16 +79,7 @@ def run_finetuning(config: FinetuningConfig, strategy: tf.distribute.Strategy | 
   trial = 1
   while config.num_trials < 0 or trial <= config.num_trials:
     title = f"model={config.model_name}, trial {trial}/{config.num_trials}"
-    model_dir = f"{config.model_dir}_{trial}"
-    interrupted = os.path.join(model_dir, INTERRUPTED)
-    if config.do_train and tf.io.gfile.exists(interrupted):  # stopped by a signal: resume it
-      tf.io.gfile.remove(interrupted)
-      log(f"Resuming trial {trial}, interrupted earlier, from {model_dir}")
-    elif config.do_train and tf.io.gfile.exists(model_dir):
-      tf.io.gfile.rmtree(model_dir)  # official rmkdir: every trial starts afresh
-    if config.do_train:  # the model's shape and vocabulary beside its checkpoints
-      for folder in (model_dir, os.path.join(model_dir, "tf1")):
-        write_model_files(folder, config, config.vocab_file)
+    model_dir, interrupted = prepare_trial_dir(config, trial)
     runner = ModelRunner(config, tasks, preprocessor, strategy, model_dir,
                          trial_seed(config.seed, trial))
     if config.do_train:

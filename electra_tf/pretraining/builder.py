@@ -16,7 +16,6 @@ from electra_tf.config import PretrainingConfig, get_bert_config, get_generator_
 from electra_tf.modeling.encoder import Transformer
 from electra_tf.modeling.heads import DiscriminatorHead, MaskedLMHead
 from electra_tf.pretraining import masking
-from electra_tf.pretraining.model import PretrainingModel
 from electra_tf.pretraining.objective import (
   DISCRIMINATOR_TOWER,
   ELECTRA,
@@ -27,6 +26,7 @@ from electra_tf.pretraining.objective import (
   UNIFORM,
   Objective,
 )
+from electra_tf.pretraining.pretraining_model import PretrainingModel
 from electra_tf.training.runtime import uses_tpu
 
 

@@ -204,6 +204,7 @@ def train_flops_per_example(model: Any, seq_length: int) -> float:
   embedding lookups as gathers (sparse), which is what the model runs: the official one-hot
   count would credit the step with vocabulary-sized matmuls it does not do.
   """
+  # local: the FLOPs arithmetic above stays importable without TensorFlow
   from electra_tf.pretraining.objective import DISCRIMINATOR_TOWER, OWN_TOWER, TWO_TOWERS
 
   objective = model.objective

@@ -20,16 +20,17 @@ from typing import Any
 
 import tensorflow as tf
 
-from electra_tf import checkpoints, model_source, tokenization, training
+from electra_tf import checkpoints, tokenization, training
 from electra_tf.config import PretrainingConfig
 from electra_tf.console import log
+from electra_tf.interop import model_source
 from electra_tf.optimization import create_optimizer
 from electra_tf.pretraining import data, flops, masking
 from electra_tf.pretraining import metrics as metrics_lib
 from electra_tf.pretraining import objective as objective_lib
 from electra_tf.pretraining.builder import build_pretraining_model
 from electra_tf.pretraining.collapse import CollapseWatch
-from electra_tf.pretraining.model import PretrainingModel
+from electra_tf.pretraining.pretraining_model import PretrainingModel
 from electra_tf.training import hardware
 from electra_tf.training.accumulation import BATCH_TOTALS
 
@@ -175,13 +176,14 @@ def init_from_checkpoint(model: PretrainingModel, optimizer: Any, path: str,
   is returned and set as the optimizer's step, for the schedule. TF2 (ours): model, optimizer
   and step are restored. The Trainer makes the returned step its global step.
   """
-  if model_source.is_hf(path):  # weights only: no optimizer state, step 0
-    report = model_source.load_hf_variables(path, model.tf1_variables())
+  source = model_source.load_model(path)
+  if source.kind == model_source.HUGGING_FACE:  # weights only: no optimizer state, step 0
+    report = model_source.assign_tf1_names(source, model.tf1_variables())
     log_fn(f"Initialised from {path} (Hugging Face) at step 0: {report.summary()}")
     return 0
-  prefix = checkpoints.resolve_checkpoint(path)
+  prefix = source.prefix
   inner = getattr(optimizer, "inner_optimizer", optimizer)  # float16 loss scaling wrapper
-  if not checkpoints.is_tf1_checkpoint(prefix):
+  if source.kind == model_source.TF2:
     global_step = tf.Variable(0, dtype=tf.int64, trainable=False)
     with checkpoints.reading(prefix):
       status = tf.train.Checkpoint(model=model, optimizer=optimizer, step=global_step).read(

@@ -29,6 +29,7 @@ from collections.abc import Callable
 import tensorflow as tf
 
 from electra_tf import checkpoints
+from electra_tf.console import first_line
 
 _TEMP_DIR_RE = re.compile(r"^ckpt-(\d+)_temp$")
 _INDEX_RE = re.compile(r"^ckpt-(\d+)\.index$")
@@ -41,11 +42,6 @@ class ModelDirError(ValueError):
 
 class CheckpointSaveError(RuntimeError):
   """A checkpoint could not be written; the previous checkpoint is still the latest."""
-
-
-def _first_line(error: BaseException) -> str:
-  text = getattr(error, "message", None) or str(error) or type(error).__name__
-  return text.strip().splitlines()[0] if text.strip() else type(error).__name__
 
 
 def checkpoint_bytes(variables: list[tf.Variable]) -> int:
@@ -70,7 +66,7 @@ def check_model_dir(model_dir: str, bytes_per_checkpoint: int) -> None:
   try:
     tf.io.gfile.makedirs(model_dir)
   except (tf.errors.OpError, OSError) as e:
-    raise ModelDirError(f"model_dir {model_dir} cannot be created: {_first_line(e)}") from None
+    raise ModelDirError(f"model_dir {model_dir} cannot be created: {first_line(e)}") from None
   if not tf.io.gfile.isdir(model_dir):
     raise ModelDirError(f"model_dir {model_dir} exists and is not a directory")
   probe = os.path.join(model_dir, f".write_probe_{uuid.uuid4().hex}")
@@ -79,7 +75,7 @@ def check_model_dir(model_dir: str, bytes_per_checkpoint: int) -> None:
       f.write("ok")
     tf.io.gfile.remove(probe)
   except (tf.errors.OpError, OSError) as e:
-    raise ModelDirError(f"model_dir {model_dir} is not writable: {_first_line(e)}") from None
+    raise ModelDirError(f"model_dir {model_dir} is not writable: {first_line(e)}") from None
   if "://" in model_dir:
     return
   free = shutil.disk_usage(model_dir).free

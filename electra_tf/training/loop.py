@@ -45,7 +45,7 @@ from collections.abc import Callable, Mapping, Sequence
 import tensorflow as tf
 import tf_keras
 
-from electra_tf.console import log
+from electra_tf.console import first_line, log
 from electra_tf.training import accumulation, checkpointing, interrupt, monitoring, runtime
 from electra_tf.training.errors import InputDataError, NonFiniteLossError, data_error_line
 
@@ -279,15 +279,6 @@ class Trainer:
     def index_of(done):
       return tf.identity(self.global_step) if train else tf.cast(done, tf.int64)
 
-    def stop_signal():
-      """The signal asking to stop before the next step (0: none), agreed by all workers."""
-      if not train:
-        return tf.constant(0)
-      if not self._collective_stop:
-        return self._stop.requested.read_value()
-      per_replica = strategy.run(lambda: tf.reshape(self._stop.requested, [1]))
-      return tf.reduce_max(strategy.gather(per_replica, axis=0))  # ReduceOp has no MAX
-
     @tf.function
     def loop(iterator, num_steps):
       sums = zero_sums(iterator)
@@ -298,7 +289,7 @@ class Trainer:
       for _ in tf.range(num_steps):
         if not finite:
           break
-        stopped = stop_signal()
+        stopped = self._stop_signal(train)
         if stopped > 0:
           break
         optional = iterator.get_next_as_optional()
@@ -313,6 +304,16 @@ class Trainer:
       return sums, done, finite, exhausted, stopped
 
     return loop
+
+  def _stop_signal(self, train: bool) -> tf.Tensor:
+    """The signal asking to stop before the next step (0: none), agreed by all workers; called
+    inside the loop's tf.function."""
+    if not train:
+      return tf.constant(0)
+    if not self._collective_stop:
+      return self._stop.requested.read_value()
+    per_replica = self.strategy.run(lambda: tf.reshape(self._stop.requested, [1]))
+    return tf.reduce_max(self.strategy.gather(per_replica, axis=0))  # ReduceOp has no MAX
 
   def _run_loop(self, loop: Callable, iterator, num_steps: int):
     """(metric sums, steps run, loss finite, data ran out, stop signal or 0)."""
@@ -339,7 +340,7 @@ class Trainer:
         status.assert_existing_objects_matched()
       except AssertionError as e:
         raise ValueError(f"checkpoint {path} does not match this model/optimizer: "
-                         f"{checkpointing._first_line(e)}") from None
+                         f"{first_line(e)}") from None
       self.log_fn(f"Restored {path} at step {int(self.global_step.numpy())}")
     elif self.init_fn is not None:
       step = self.init_fn()

@@ -27,7 +27,7 @@ import tensorflow as tf  # noqa: E402
 from electra_tf import optimization, training  # noqa: E402
 from electra_tf.config import PretrainingConfig  # noqa: E402
 from electra_tf.finetuning import runner  # noqa: E402
-from electra_tf.finetuning.model import FinetuningModel  # noqa: E402
+from electra_tf.finetuning.finetuning_model import FinetuningModel  # noqa: E402
 from electra_tf.finetuning.task_heads import ClassificationHead  # noqa: E402
 from electra_tf.modeling.bert_config import BertConfig  # noqa: E402
 from electra_tf.names import tf1_name  # noqa: E402

@@ -19,7 +19,6 @@ Electric's two-tower cloze generator has no HF class and is rejected.
 
 from __future__ import annotations
 
-import dataclasses
 import json
 import os
 from collections.abc import Mapping
@@ -29,17 +28,20 @@ import numpy as np
 from safetensors.numpy import load_file, save_file
 
 from electra_tf import atomic_io, names
+from electra_tf.interop.hf_import import (
+    CONFIG_FILE,
+    DISCRIMINATOR_DIR,
+    GENERATOR_DIR,
+    LAYER_NORM_EPS,
+    bert_config_from_hf,
+)
 from electra_tf.modeling.bert_config import BertConfig
 from electra_tf.names import HfTable
 
-DISCRIMINATOR_DIR = "discriminator"
-GENERATOR_DIR = "generator"
 LAYOUT_FILE = "electra_tf_layout.json"
 WEIGHTS_FILE = "model.safetensors"
-CONFIG_FILE = "config.json"
 DISCRIMINATOR_CLASS = "ElectraForPreTraining"
 GENERATOR_CLASS = "ElectraForMaskedLM"
-LAYER_NORM_EPS = 1e-12  # contrib layer_norm's epsilon, what every official LayerNorm uses
 
 
 def hf_config(config: BertConfig, embedding_size: int, architecture: str) -> dict[str, Any]:
@@ -65,13 +67,6 @@ def hf_config(config: BertConfig, embedding_size: int, architecture: str) -> dic
       "position_embedding_type": "absolute",
       "tie_word_embeddings": True,
   }
-
-
-def bert_config_from_hf(cfg: Mapping[str, Any]) -> tuple[BertConfig, int]:
-  """(BertConfig, embedding_size) from an HF ELECTRA ``config.json``."""
-  fields = {f.name for f in dataclasses.fields(BertConfig)}
-  config = BertConfig.from_dict({k: v for k, v in cfg.items() if k in fields})
-  return config, int(cfg.get("embedding_size", config.hidden_size))
 
 
 def _as_array(value: Any) -> np.ndarray:
@@ -133,13 +128,7 @@ def export_hf(variables: Mapping[str, Any], disc_config: BertConfig | None,
     ValueError: Electric variables, a missing variable, a shape that contradicts the configs,
       an unexported variable, or a head activation HF cannot express.
   """
-  arrays = {k: _as_array(v) for k, v in variables.items()
-            if not names.OPTIMIZER_STATE.search(k)}
-  electric = sorted(k for k in arrays if k.startswith(tuple(s + "/" for s in
-                                                            names.ELECTRIC_SCOPES)))
-  if electric:
-    raise ValueError(f"Electric's two-tower cloze generator ({electric[0]}, ...) has no Hugging "
-                     "Face model class; HF export supports ELECTRA and masked-LM models only")
+  arrays = _exportable_arrays(variables)
   has_disc = names.join(names.DISCRIMINATOR_HEAD, names.DENSE_1, names.KERNEL) in arrays
   has_gen = names.join(names.GENERATOR_HEAD, names.OUTPUT_BIAS) in arrays
   if not (has_disc or has_gen):
@@ -150,7 +139,6 @@ def export_hf(variables: Mapping[str, Any], disc_config: BertConfig | None,
   e = disc_config.hidden_size if embedding_size is None else int(embedding_size)
 
   layout: dict[str, dict[str, str]] = {}
-  written: dict[str, str] = {}
   used: set[str] = set()
   folders = []
   if has_disc:
@@ -161,27 +149,8 @@ def export_hf(variables: Mapping[str, Any], disc_config: BertConfig | None,
     layout[DISCRIMINATOR_DIR] = {"tower": names.DISCRIMINATOR,
                                  "embeddings": names.embeddings_scope(names.DISCRIMINATOR)}
   if has_gen:
-    own_tower = any(k.startswith(names.GENERATOR + "/") for k in arrays)
-    gen_embeddings = names.embeddings_scope(names.GENERATOR)
-    own_embeddings = names.join(gen_embeddings, names.WORD_EMBEDDINGS) in arrays
-    if own_embeddings != bool(untied_generator_embeddings):
-      raise ValueError(
-          f"untied_generator_embeddings={untied_generator_embeddings} but the variables "
-          f"{'have' if own_embeddings else 'lack'} generator/embeddings/word_embeddings")
-    if own_tower:
-      if gen_config is None:
-        raise ValueError("gen_config is required: the variables hold a generator/ tower")
-      config, scope = gen_config, names.GENERATOR
-      emb_scope, gen_e = ((gen_embeddings, gen_config.hidden_size) if own_embeddings
-                          else (names.embeddings_scope(names.DISCRIMINATOR), e))
-    else:  # masked-LM head on the discriminator tower (fully tied generator / MLM-only)
-      config, scope, gen_e = disc_config, names.DISCRIMINATOR, e
-      emb_scope = names.embeddings_scope(names.DISCRIMINATOR)
-    if disc_config.hidden_act.lower() != "gelu":
-      # Our head (like the official get_token_logits) applies the discriminator's hidden_act;
-      # HF's ElectraGeneratorPredictions always applies gelu.
-      raise ValueError(f"hidden_act={disc_config.hidden_act!r}: HF ElectraForMaskedLM's "
-                       "generator head always uses gelu, so the generator cannot be exported")
+    config, scope, emb_scope, gen_e = _generator_tower(arrays, disc_config, gen_config, e,
+                                                       untied_generator_embeddings)
     table = names.generator_table(config, gen_e, scope, emb_scope)
     folders.append((GENERATOR_DIR, _take(arrays, table),
                     hf_config(config, gen_e, GENERATOR_CLASS)))
@@ -191,12 +160,59 @@ def export_hf(variables: Mapping[str, Any], disc_config: BertConfig | None,
   if unused:
     raise ValueError(f"{len(unused)} variable(s) have no place in the HF export, first: "
                      f"{unused[0]} (pass only the pre-training model's variables)")
+  return _write_folders(out_dir, folders, layout)
+
+
+def _write_folders(out_dir: str, folders: list[tuple[str, dict[str, np.ndarray], dict]],
+                   layout: dict[str, dict[str, str]]) -> dict[str, str]:
+  """Each (name, tensors, config.json) as ``<out_dir>/<name>``, then the layout file."""
+  written: dict[str, str] = {}
   for name, tensors, config in folders:
     folder = os.path.join(out_dir, name)
     _write_model(folder, tensors, config)
     written[name] = folder
   _write_json(os.path.join(out_dir, LAYOUT_FILE), layout)
   return written
+
+
+def _exportable_arrays(variables: Mapping[str, Any]) -> dict[str, np.ndarray]:
+  """``variables`` as arrays without optimizer state; Electric's variables are an error."""
+  arrays = {k: _as_array(v) for k, v in variables.items()
+            if not names.OPTIMIZER_STATE.search(k)}
+  electric = sorted(k for k in arrays if k.startswith(tuple(s + "/" for s in
+                                                            names.ELECTRIC_SCOPES)))
+  if electric:
+    raise ValueError(f"Electric's two-tower cloze generator ({electric[0]}, ...) has no Hugging "
+                     "Face model class; HF export supports ELECTRA and masked-LM models only")
+  return arrays
+
+
+def _generator_tower(arrays: Mapping[str, np.ndarray], disc_config: BertConfig,
+                     gen_config: BertConfig | None, e: int, untied_generator_embeddings: bool
+                     ) -> tuple[BertConfig, str, str, int]:
+  """(config, tower scope, embeddings scope, embedding width) of the masked-LM model."""
+  own_tower = any(k.startswith(names.GENERATOR + "/") for k in arrays)
+  gen_embeddings = names.embeddings_scope(names.GENERATOR)
+  own_embeddings = names.join(gen_embeddings, names.WORD_EMBEDDINGS) in arrays
+  if own_embeddings != bool(untied_generator_embeddings):
+    raise ValueError(
+        f"untied_generator_embeddings={untied_generator_embeddings} but the variables "
+        f"{'have' if own_embeddings else 'lack'} generator/embeddings/word_embeddings")
+  if own_tower:
+    if gen_config is None:
+      raise ValueError("gen_config is required: the variables hold a generator/ tower")
+    config, scope = gen_config, names.GENERATOR
+    emb_scope, gen_e = ((gen_embeddings, gen_config.hidden_size) if own_embeddings
+                        else (names.embeddings_scope(names.DISCRIMINATOR), e))
+  else:  # masked-LM head on the discriminator tower (fully tied generator / MLM-only)
+    config, scope, gen_e = disc_config, names.DISCRIMINATOR, e
+    emb_scope = names.embeddings_scope(names.DISCRIMINATOR)
+  if disc_config.hidden_act.lower() != "gelu":
+    # Our head (like the official get_token_logits) applies the discriminator's hidden_act;
+    # HF's ElectraGeneratorPredictions always applies gelu.
+    raise ValueError(f"hidden_act={disc_config.hidden_act!r}: HF ElectraForMaskedLM's "
+                     "generator head always uses gelu, so the generator cannot be exported")
+  return config, scope, emb_scope, gen_e
 
 
 def _read_folder(folder: str, layout: Mapping[str, str] | None) -> dict[str, np.ndarray]:

@@ -1,8 +1,8 @@
 """The on-device and Keras 3 exports of ``convert``: ``litert/`` and ``keras_hub/``.
 
 Both are written from what ``convert`` has just written into the output folder
-(``saved_model/``, ``tf1/``, ``vocab.txt``): ``electra_tf.litert_export`` and
-``electra_tf.keras_hub_export`` do the work; this module checks the request before anything is
+(``saved_model/``, ``tf1/``, ``vocab.txt``): ``litert_export`` and
+``keras_hub_export`` do the work; this module checks the request before anything is
 converted, wires the results and prints their summary lines.
 """
 
@@ -12,15 +12,17 @@ import os
 from collections.abc import Sequence
 from typing import Any
 
-from electra_tf import model_dir
+from electra_tf.config import get_bert_config
+from electra_tf.finetuning.classification import SingleOutputTask
+from electra_tf.finetuning.tagging import TaggingTask
+from electra_tf.interop import litert_export, model_dir
+from electra_tf.interop.keras_hub_export import KERAS_HUB_DIR, MISSING, export_preset
 
 
 def check_requests(litert: Sequence[str], keras_hub: bool, checkpoint: str,
                    finetuned: bool) -> list[str]:
   """The LiteRT variants asked for; a one-line ValueError / ImportError before any work when
   the request cannot be met (LiteRT of a pre-training model, keras-hub not installed)."""
-  from electra_tf import litert_export
-
   variants = litert_export.parse_variants(litert) if litert else []
   if variants and not finetuned:
     try:
@@ -32,17 +34,12 @@ def check_requests(litert: Sequence[str], keras_hub: bool, checkpoint: str,
     try:
       import keras_hub as _  # noqa: F401
     except ImportError:
-      from electra_tf.keras_hub_export import MISSING
-
       raise ImportError(MISSING) from None
   return variants
 
 
 def _signature_of(task: Any, signatures: Sequence[str]) -> str:
-  """The SavedModel signature name of ``task`` (see ``finetuning.export``)."""
-  from electra_tf.finetuning.classification import SingleOutputTask
-  from electra_tf.finetuning.tagging import TaggingTask
-
+  """The SavedModel signature name of ``task`` (see ``interop.finetuned_saved_model``)."""
   family = ("classify" if isinstance(task, SingleOutputTask) else
             "tag" if isinstance(task, TaggingTask) else "squad")
   return family if family in signatures else f"{family}_{task.name}"
@@ -56,8 +53,6 @@ def _vocab(output_dir: str) -> str | None:
 def export_litert(output_dir: str, result: dict[str, Any], variants: Sequence[str]
                   ) -> dict[str, Any]:
   """``<output_dir>/litert/`` for the fine-tuned model ``convert_finetuned`` returned."""
-  from electra_tf import litert_export
-
   tasks, config = result["tasks"], result["config"]
   names = {t.name: _signature_of(t, result["signatures"]) for t in tasks}
   representative = None
@@ -71,9 +66,6 @@ def export_litert(output_dir: str, result: dict[str, Any], variants: Sequence[st
 
 def export_keras_hub(output_dir: str, result: dict[str, Any]) -> str:
   """``<output_dir>/keras_hub/``, the keras-hub preset of the model's encoder."""
-  from electra_tf.config import get_bert_config
-  from electra_tf.keras_hub_export import KERAS_HUB_DIR, export_preset
-
   config = result["config"]
   bert = get_bert_config(config)
   return export_preset(result["tf1"], os.path.join(output_dir, KERAS_HUB_DIR),

@@ -9,32 +9,57 @@ Every command that takes a model (``run_pretraining.py`` / ``run_finetuning.py``
   inferred from the tensor shapes and one line says what was inferred;
 - a Hugging Face ELECTRA folder (``config.json`` with ``model_type`` "electra").
 
-``describe`` merges the shape it finds with the user's ``--hparams`` (a contradiction is a
-one-line error, see ``model_dir.merge_hparams``); ``load_hf_variables`` reads an HF folder's
-weights under their official TF1 names.
+``load_model`` decides once which of these a path is and opens it (an HF folder's weights
+are read under their official TF1 names); ``assign_tf1_names`` fills a model's variables from
+it. ``describe`` merges the shape it finds with the user's ``--hparams`` (a contradiction is
+a one-line error, see ``model_dir.merge_hparams``).
 """
 
 from __future__ import annotations
 
 import dataclasses
 import os
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import Any
 
-from electra_tf import model_dir
+import tensorflow as tf
+
+from electra_tf import checkpoints
+from electra_tf.config import FinetuningConfig, PretrainingConfig
+from electra_tf.interop import hf_import, model_dir
+
+HUGGING_FACE, TF1, TF2 = "huggingface", "tf1", "tf2"  # LoadedModel.kind
+
+
+@dataclasses.dataclass(frozen=True)
+class LoadedModel:
+  """A model path opened once by ``load_model``.
+
+  ``kind``: "huggingface" (``hf`` holds its weights by official TF1 name, hparams and vocab),
+  "tf1" (a name-based checkpoint: the released models, a ``convert`` output's ``tf1/``) or
+  "tf2" (an object-based checkpoint of our training loop, restored into a built model);
+  ``prefix``: the checkpoint prefix (the folder itself for "huggingface").
+  """
+
+  path: str
+  kind: str
+  prefix: str
+  hf: hf_import.HFImport | None = None
 
 
 @dataclasses.dataclass
 class ModelSource:
   """``hparams``: the user's merged with the stored / inferred shape; ``message``: the line to
   print about where the shape came from ("" when nothing described the model); ``vocab_file``:
-  the model's ``vocab.txt`` (None if it has none); ``hf``: the ``HFImport`` of an HF folder;
-  ``record``: the model's ``hparams.json`` as stored (training values included), or {}."""
+  the model's ``vocab.txt`` (None if it has none); ``model``: the path opened by
+  ``load_model`` when describing it needed that (an HF folder, a checkpoint without
+  ``hparams.json``), else None; ``record``: the model's ``hparams.json`` as stored (training
+  values included), or {}."""
 
   hparams: dict[str, Any]
   message: str = ""
   vocab_file: str | None = None
-  hf: Any = None
+  model: LoadedModel | None = None
   record: dict[str, Any] = dataclasses.field(default_factory=dict)
 
   def with_record(self, config_class: type) -> dict[str, Any]:
@@ -46,19 +71,52 @@ class ModelSource:
 
 def is_hf(path: str | None) -> bool:
   """True for a Hugging Face ELECTRA folder (or a folder with discriminator/ + generator/)."""
-  from electra_tf.hf_import import is_hf_folder
-
-  return bool(path) and os.path.isdir(path) and is_hf_folder(path)
+  return bool(path) and os.path.isdir(path) and hf_import.is_hf_folder(path)
 
 
 def vocab_beside(path: str) -> str | None:
   """``vocab.txt`` in the model directory of ``path`` (itself, or a checkpoint's folder)."""
-  vocab = os.path.join(model_dir._model_dir_of(path), model_dir.VOCAB_FILE)
+  vocab = os.path.join(model_dir.model_dir_of(path), model_dir.VOCAB_FILE)
   return vocab if os.path.isfile(vocab) else None
 
 
 def _exists(path: str | None) -> bool:
   return bool(path) and (os.path.exists(path) or os.path.exists(path + ".index"))
+
+
+def load_model(path: str, generator: str | None = None) -> LoadedModel:
+  """Opens the model at ``path`` (see the module docstring); ``generator``: a separate HF
+  ``ElectraForMaskedLM`` folder to pair with an HF ``path``.
+
+  Raises FileNotFoundError (one line) when ``path`` holds no model.
+  """
+  if is_hf(path):
+    return LoadedModel(path, HUGGING_FACE, path, hf_import.import_hf(path, generator))
+  prefix = checkpoints.resolve_checkpoint(path)
+  return LoadedModel(path, TF1 if checkpoints.is_tf1_checkpoint(prefix) else TF2, prefix)
+
+
+def assign_tf1_names(model: LoadedModel, variables: Mapping[str, tf.Variable],
+                     allow_missing: bool = False,
+                     allow_unused: bool = False) -> checkpoints.LoadReport:
+  """Fills ``variables`` ({TF1 name: tf.Variable}) from a "huggingface" or "tf1" ``model``.
+
+  Every variable must be filled unless ``allow_missing`` (a TF1 checkpoint) or
+  ``allow_unused``; with ``allow_unused`` the source may hold more (a fine-tuning encoder
+  takes the discriminator and leaves the heads).
+  """
+  if model.hf is None:
+    return checkpoints.load_tf1_checkpoint(variables, model.prefix,
+                                           allow_missing=allow_missing,
+                                           allow_unused=allow_unused)
+  arrays = model.hf.variables
+  unused = tuple(sorted(set(arrays) - set(variables))) if allow_unused else ()
+  missing = tuple(sorted(set(variables) - set(arrays)))
+  if allow_unused:
+    arrays = {k: v for k, v in arrays.items() if k in variables}
+    variables = {k: v for k, v in variables.items() if k in arrays}
+  hf_import.assign(variables, arrays)
+  return checkpoints.LoadReport(tuple(sorted(arrays)), (), unused, missing)
 
 
 def describe(path: str | None, user: Mapping[str, Any], target: str = "pretraining",
@@ -72,12 +130,10 @@ def describe(path: str | None, user: Mapping[str, Any], target: str = "pretraini
   if not _exists(path):
     return ModelSource(dict(user))
   if is_hf(path):
-    from electra_tf.hf_import import import_hf
-
-    imported = import_hf(path, generator)
-    merged = model_dir.merge_hparams(imported.hparams, user, source=f"Hugging Face {path}",
+    model = load_model(path, generator)
+    merged = model_dir.merge_hparams(model.hf.hparams, user, source=f"Hugging Face {path}",
                                      target=target)
-    return ModelSource(merged, imported.summary, imported.vocab_file, imported)
+    return ModelSource(merged, model.hf.summary, model.hf.vocab_file, model)
   if generator:
     raise ValueError(f"a separate generator ({generator}) goes only with a Hugging Face "
                      f"discriminator folder, and {path} is not one")
@@ -86,38 +142,16 @@ def describe(path: str | None, user: Mapping[str, Any], target: str = "pretraini
     source = model_dir.hparams_source(path)
     merged = model_dir.merge_hparams(stored, user, source=source, target=target)
     return ModelSource(merged, f"model shape from {source}", vocab_beside(path), record=stored)
-  from electra_tf import checkpoints
-
   try:
-    prefix = checkpoints.resolve_checkpoint(path)
+    model = load_model(path)
   except FileNotFoundError:
     return ModelSource(dict(user))
-  if not checkpoints.is_tf1_checkpoint(prefix):
-    return ModelSource(dict(user), "", vocab_beside(path))
-  inferred, summary = model_dir.infer_hparams_from_checkpoint(prefix)
-  merged = model_dir.merge_hparams(inferred, user, source=f"checkpoint {prefix}", target=target)
-  return ModelSource(merged, summary, vocab_beside(path))
-
-
-def load_hf_variables(path: str, variables: Mapping[str, Any],
-                      allow_unused: bool = False) -> Any:
-  """Assigns an HF folder's weights to ``variables`` ({TF1 name: tf.Variable}).
-
-  Every variable must be filled; with ``allow_unused`` the folder may hold more (a
-  fine-tuning encoder takes the discriminator and leaves the heads). Returns a
-  ``checkpoints.LoadReport``.
-  """
-  from electra_tf import checkpoints
-  from electra_tf.hf_import import assign, import_hf
-
-  arrays = import_hf(path).variables
-  unused = tuple(sorted(set(arrays) - set(variables))) if allow_unused else ()
-  missing = tuple(sorted(set(variables) - set(arrays)))
-  if allow_unused:
-    arrays = {k: v for k, v in arrays.items() if k in variables}
-    variables = {k: v for k, v in variables.items() if k in arrays}
-  assign(variables, arrays)
-  return checkpoints.LoadReport(tuple(sorted(arrays)), (), unused, missing)
+  if model.kind != TF1:
+    return ModelSource(dict(user), "", vocab_beside(path), model)
+  inferred, summary = model_dir.infer_hparams_from_checkpoint(model.prefix)
+  merged = model_dir.merge_hparams(inferred, user, source=f"checkpoint {model.prefix}",
+                                   target=target)
+  return ModelSource(merged, summary, vocab_beside(path), model)
 
 
 def _first_description(places: list[str | None], user: Mapping[str, Any],
@@ -130,11 +164,9 @@ def _first_description(places: list[str | None], user: Mapping[str, Any],
 
 
 def pretraining_config(model_name: str, data_dir: str, user: Mapping[str, Any],
-                       log_fn: Any = None) -> Any:
+                       log_fn: Callable[[str], None] | None = None) -> PretrainingConfig:
   """The ``PretrainingConfig`` of a run: ``user`` completed with the shape of the run's own
   model directory (resuming), else of ``init_checkpoint``; the source is logged."""
-  from electra_tf.config import PretrainingConfig
-
   config = PretrainingConfig(model_name, data_dir, **user)
   # debug + do_train deletes model_dir first (official behaviour): its files do not count
   places = [config.init_checkpoint] if config.debug and config.do_train else [
@@ -148,12 +180,10 @@ def pretraining_config(model_name: str, data_dir: str, user: Mapping[str, Any],
 
 
 def finetuning_config(model_name: str, data_dir: str, user: Mapping[str, Any],
-                      log_fn: Any = None) -> Any:
+                      log_fn: Callable[[str], None] | None = None) -> FinetuningConfig:
   """The ``FinetuningConfig`` of a run: ``user`` completed with the shape of
   ``init_checkpoint`` (default ``models/<model_name>``), whose ``vocab.txt`` is used unless
   the ``vocab_file`` hparam is given; the source is logged."""
-  from electra_tf.config import FinetuningConfig
-
   config = FinetuningConfig(model_name, data_dir, **user)
   source = _first_description([config.init_checkpoint], user, "finetuning")
   if not source.message:

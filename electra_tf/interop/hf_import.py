@@ -26,10 +26,14 @@ from typing import Any
 
 import numpy as np
 
-from electra_tf import hf_export, names
-from electra_tf.model_dir import shape_hparams
+from electra_tf import names
+from electra_tf.interop.model_dir import shape_hparams
+from electra_tf.modeling.bert_config import BertConfig
 
 CONFIG_FILE = "config.json"
+DISCRIMINATOR_DIR = "discriminator"  # the two folders of a pair, as ``hf_export`` writes them
+GENERATOR_DIR = "generator"
+LAYER_NORM_EPS = 1e-12  # contrib layer_norm's epsilon, what every official LayerNorm uses
 DISCRIMINATOR_CLASSES = ("ElectraForPreTraining", "ElectraModel")
 GENERATOR_CLASS = "ElectraForMaskedLM"
 _EMBEDDING_KEYS = ("word_embeddings.weight", "position_embeddings.weight",
@@ -58,6 +62,13 @@ def tf1_rows(kind: str, config: Any, embedding_size: int, scope: str = "generato
   if kind == "discriminator":
     return list(names.discriminator_table(config, embedding_size).rows)
   return list(names.generator_table(config, embedding_size, scope, embeddings_scope).rows)
+
+
+def bert_config_from_hf(cfg: Mapping[str, Any]) -> tuple[BertConfig, int]:
+  """(BertConfig, embedding_size) from an HF ELECTRA ``config.json``."""
+  fields = {f.name for f in dataclasses.fields(BertConfig)}
+  config = BertConfig.from_dict({k: v for k, v in cfg.items() if k in fields})
+  return config, int(cfg.get("embedding_size", config.hidden_size))
 
 
 def _read_json(path: str) -> dict[str, Any]:
@@ -111,10 +122,10 @@ def _read_model(folder: str) -> _Model:
   if cfg.get("model_type") != "electra":
     raise ValueError(f"{folder}/{CONFIG_FILE}: model_type is {cfg.get('model_type')!r}, "
                      "not 'electra'")
-  eps = cfg.get("layer_norm_eps", hf_export.LAYER_NORM_EPS)
-  if abs(eps - hf_export.LAYER_NORM_EPS) > 1e-15:
+  eps = cfg.get("layer_norm_eps", LAYER_NORM_EPS)
+  if abs(eps - LAYER_NORM_EPS) > 1e-15:
     raise ValueError(f"{folder}/{CONFIG_FILE}: layer_norm_eps {eps}; ELECTRA uses "
-                     f"{hf_export.LAYER_NORM_EPS}")
+                     f"{LAYER_NORM_EPS}")
   if cfg.get("position_embedding_type", "absolute") != "absolute":
     raise ValueError(f"{folder}/{CONFIG_FILE}: position_embedding_type "
                      f"{cfg['position_embedding_type']!r}; only 'absolute' exists in ELECTRA")
@@ -122,7 +133,7 @@ def _read_model(folder: str) -> _Model:
   if arch not in (*DISCRIMINATOR_CLASSES, GENERATOR_CLASS):
     raise ValueError(f"{folder}/{CONFIG_FILE}: architecture {arch} is not one of "
                      f"{', '.join((*DISCRIMINATOR_CLASSES, GENERATOR_CLASS))}")
-  config, e = hf_export.bert_config_from_hf(cfg)
+  config, e = bert_config_from_hf(cfg)
   tensors = {k: np.asarray(v, np.float32) for k, v in load_weights(folder).items()
              if not k.endswith(_IGNORED_SUFFIXES)}
   if not any(k.startswith("electra.") for k in tensors):  # bare ElectraModel
@@ -136,11 +147,11 @@ def _find_models(path: str, generator: str | None) -> tuple[_Model | None, _Mode
     first = _read_model(path)
     second = _read_model(generator) if generator else None
   else:
-    dirs = [os.path.join(path, d) for d in (hf_export.DISCRIMINATOR_DIR, hf_export.GENERATOR_DIR)]
+    dirs = [os.path.join(path, d) for d in (DISCRIMINATOR_DIR, GENERATOR_DIR)]
     found = [_read_model(d) for d in dirs if os.path.exists(os.path.join(d, CONFIG_FILE))]
     if not found:
       raise FileNotFoundError(f"no Hugging Face model in {path}: no {CONFIG_FILE} there or in "
-                              f"{hf_export.DISCRIMINATOR_DIR}/ or {hf_export.GENERATOR_DIR}/")
+                              f"{DISCRIMINATOR_DIR}/ or {GENERATOR_DIR}/")
     first, second = found[0], (found[1] if len(found) > 1 else None)
   disc = gen = None
   for model in (first, second):
@@ -296,8 +307,8 @@ def _summary(hparams: Mapping[str, Any], disc: _Model | None, gen: _Model | None
 def is_hf_folder(path: str) -> bool:
   """True for a Hugging Face ELECTRA folder (``config.json`` with ``model_type`` "electra"
   there or in ``discriminator/`` / ``generator/``)."""
-  for folder in (path, os.path.join(path, hf_export.DISCRIMINATOR_DIR),
-                 os.path.join(path, hf_export.GENERATOR_DIR)):
+  for folder in (path, os.path.join(path, DISCRIMINATOR_DIR),
+                 os.path.join(path, GENERATOR_DIR)):
     config = os.path.join(folder, CONFIG_FILE)
     if os.path.isfile(config):
       try:

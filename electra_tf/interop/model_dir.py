@@ -27,7 +27,7 @@ import re
 from collections.abc import Mapping
 from typing import Any
 
-from electra_tf import atomic_io
+from electra_tf import atomic_io, checkpoints
 from electra_tf.config import DEBUG_BERT_SIZES, MODEL_SIZES, get_bert_config
 
 HPARAMS_FILE = "hparams.json"
@@ -95,7 +95,7 @@ def write_model_files(model_dir: str, config: Any, vocab_file: str | None) -> st
   return path
 
 
-def _model_dir_of(path: str) -> str:
+def model_dir_of(path: str) -> str:
   """A model directory from itself or from a checkpoint prefix / file inside it."""
   if os.path.isdir(path):
     return path
@@ -104,13 +104,13 @@ def _model_dir_of(path: str) -> str:
 
 def hparams_source(path: str) -> str:
   """How errors name the stored hparams: ``hparams.json in models/demo``."""
-  return f"{HPARAMS_FILE} in {_model_dir_of(path)}"
+  return f"{HPARAMS_FILE} in {model_dir_of(path)}"
 
 
 def read_model_hparams(model_dir_or_checkpoint: str) -> dict[str, Any] | None:
   """The ``hparams.json`` of a model directory (given itself or a checkpoint in it); None if
   there is none. An unreadable or non-object file is a one-line ValueError."""
-  path = os.path.join(_model_dir_of(model_dir_or_checkpoint), HPARAMS_FILE)
+  path = os.path.join(model_dir_of(model_dir_or_checkpoint), HPARAMS_FILE)
   if not os.path.exists(path):
     return None
   try:
@@ -349,8 +349,6 @@ def model_hparams(model_dir_or_checkpoint: str) -> tuple[dict[str, Any] | None, 
   stored = read_model_hparams(model_dir_or_checkpoint)
   if stored is not None:
     return stored, hparams_source(model_dir_or_checkpoint)
-  from electra_tf import checkpoints
-
   try:
     prefix = checkpoints.resolve_checkpoint(model_dir_or_checkpoint)
   except FileNotFoundError:

@@ -1,6 +1,6 @@
 r"""Run a keras-hub preset folder on given inputs, in a Keras 3 process (no network).
 
-  python -m electra_tf.keras_hub_check --preset <keras_hub folder> --inputs in.npz \
+  python -m electra_tf.interop.keras_hub_check --preset <keras_hub folder> --inputs in.npz \
       --output out.npz
 
 ``in.npz``: int32 ``input_ids``, ``input_mask``, ``segment_ids`` [B, T] and optionally

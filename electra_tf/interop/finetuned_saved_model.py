@@ -35,6 +35,7 @@ from typing import Any
 import tensorflow as tf
 
 from electra_tf.finetuning import task_heads as heads_lib
+from electra_tf.interop.saved_model import attach_vocab
 
 _IDS = tf.TensorSpec([None, None], tf.int32)
 
@@ -81,6 +82,7 @@ class FinetunedExport(tf.Module):
   def _add_text_signatures(self, names: dict[str, str], vocab_file: str, do_lower_case: bool,
                            max_seq_length: int) -> None:
     """``classify_text[_<task>]`` beside each ``classify[_<task>]`` signature."""
+    # local: tensorflow_text is loaded only for the raw-text signatures (a vocab was given)
     from electra_tf.text_graph import TEXT_SIGNATURE, TextFeaturizer
 
     self.featurizer = TextFeaturizer(vocab_file, do_lower_case, max_seq_length)
@@ -168,8 +170,6 @@ def export_finetuned_saved_model(model: Any, tasks: Sequence[Any], export_dir: s
                                  max_seq_length: int = 128) -> list[str]:
   """Writes ``export_dir`` (a SavedModel with one signature per task, and with ``vocab_file``
   the raw-text classify signatures and ``assets/vocab.txt``); returns the signature names."""
-  from electra_tf.export import attach_vocab
-
   module = FinetunedExport(model, tasks, vocab_file, do_lower_case, max_seq_length)
   attach_vocab(module, vocab_file)
   signatures = module.signatures()

@@ -15,7 +15,7 @@ Initialisation (``load_init_checkpoint``):
   ``discriminator`` tower is restored into the encoder;
 - our TF2 fine-tuning checkpoint (``tf.train.Checkpoint(model=FinetuningModel)``): the encoder
   and the heads of the tasks both runs share;
-- a Hugging Face ELECTRA folder: its discriminator (``electra_tf.hf_import``) fills the encoder.
+- a Hugging Face ELECTRA folder: its discriminator (``interop.hf_import``) fills the encoder.
 """
 
 from __future__ import annotations
@@ -31,6 +31,7 @@ from electra_tf import checkpoints
 from electra_tf.config import FinetuningConfig, get_bert_config
 from electra_tf.finetuning.task_base import Task
 from electra_tf.finetuning.task_heads import multitask_loss
+from electra_tf.interop import model_source
 from electra_tf.modeling.bert_config import BertConfig
 from electra_tf.modeling.dropout import site_seed
 from electra_tf.modeling.encoder import Transformer
@@ -191,8 +192,10 @@ def _tf2_keys(prefix: str) -> list[str]:
     return [k for k, _ in tf.train.list_variables(prefix) if k.endswith(_TF2_VALUE)]
 
 
-def load_init_checkpoint(model: FinetuningModel, checkpoint: str) -> checkpoints.LoadReport:
-  """Initialises ``model`` from a TF1 or TF2 checkpoint (prefix or directory), see the module
+def load_init_checkpoint(model: FinetuningModel, checkpoint: str | model_source.LoadedModel
+                         ) -> checkpoints.LoadReport:
+  """Initialises ``model`` from a TF1 or TF2 checkpoint (prefix or directory), a Hugging Face
+  folder, or such a path already opened by ``model_source.load_model``; see the module
   docstring. Every encoder variable must be filled; heads may be missing.
 
   Raises:
@@ -200,16 +203,14 @@ def load_init_checkpoint(model: FinetuningModel, checkpoint: str) -> checkpoints
     ValueError: shape mismatch, or the checkpoint lacks encoder variables (a config that does
       not match the pre-trained model, e.g. ``model_size`` / ``embedding_size``).
   """
-  from electra_tf import model_source
-
-  if model_source.is_hf(checkpoint):  # a Hugging Face ELECTRA folder
-    prefix = checkpoint
-    report = model_source.load_hf_variables(checkpoint, model.tf1_variables(), allow_unused=True)
-  elif checkpoints.is_tf1_checkpoint(prefix := checkpoints.resolve_checkpoint(checkpoint)):
-    report = checkpoints.load_tf1_checkpoint(model.tf1_variables(), prefix, allow_missing=True,
-                                             allow_unused=True)
-  else:
+  source = (checkpoint if isinstance(checkpoint, model_source.LoadedModel)
+            else model_source.load_model(checkpoint))
+  prefix = source.prefix
+  if source.kind == model_source.TF2:
     report = _load_tf2(model, prefix)
+  else:
+    report = model_source.assign_tf1_names(source, model.tf1_variables(), allow_missing=True,
+                                           allow_unused=True)
   missing_encoder = [n for n in report.missing if n.startswith(ENCODER_SCOPE + "/")]
   if missing_encoder:
     raise ValueError(f"checkpoint {prefix} lacks {len(missing_encoder)} encoder variable(s), "

@@ -76,6 +76,7 @@ def no_finetuned_head_message(checkpoint: str, hparams: Mapping[str, Any] | None
 
 def signature_kinds(tasks: Sequence[Any], signature_names: Mapping[str, str]) -> dict[str, Any]:
   """Signature name -> {"task", "kind", "labels", "outputs"} for the LiteRT-able tasks."""
+  # local: the module stays free of TensorFlow for LiteRTRunner in TF-less processes
   from electra_tf.finetuning.classification import ClassificationTask, RegressionTask
   from electra_tf.finetuning.tagging import TaggingTask
 
