@@ -216,16 +216,12 @@ def test_finetuning_sigint_saves_and_the_rerun_resumes_the_trial(data_dir, vocab
 @pytest.mark.slow
 def test_a_signal_on_one_worker_stops_every_worker_at_the_same_step(tmp_path):
   model_dir = tmp_path / "mwms"
-  workers = [f"127.0.0.1:{pretrain_data.free_port()}" for _ in range(2)]
-  runs = []
-  for index in range(2):
-    tf_config = {"cluster": {"worker": workers}, "task": {"type": "worker", "index": index}}
-    runs.append(subprocess.Popen(
-        [sys.executable, str(pathlib.Path(toy_train.__file__)), "--strategy",
-         "multi_worker_mirrored", "--model_dir", str(model_dir), "--num_train_steps", "1000",
-         "--iterations_per_loop", "1", "--save_checkpoints_steps", "1000", "--step_sleep",
-         "0.2"], env={**ENV, "TF_CONFIG": json.dumps(tf_config)}, stdout=subprocess.PIPE,
-        stderr=subprocess.STDOUT, text=True))
+  runs = [subprocess.Popen(
+      [sys.executable, str(pathlib.Path(toy_train.__file__)), "--strategy",
+       "multi_worker_mirrored", "--model_dir", str(model_dir), "--num_train_steps", "1000",
+       "--iterations_per_loop", "1", "--save_checkpoints_steps", "1000", "--step_sleep",
+       "0.2"], env={**ENV, "TF_CONFIG": tf_config}, stdout=subprocess.PIPE,
+      stderr=subprocess.STDOUT, text=True) for tf_config in pretrain_data.two_worker_tf_configs()]
   procs.wait_for_line(runs[0], STEP_LINE, timeout=300)
   runs[1].send_signal(signal.SIGTERM)  # the other worker only
   logs = [procs.finish(p, timeout=120) for p in runs]

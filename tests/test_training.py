@@ -209,14 +209,11 @@ def test_mirrored_over_two_cpus_matches_one_device(tmp_path):
 @pytest.mark.slow
 def test_multi_worker_mirrored_two_processes(tmp_path):
   model_dir = tmp_path / "mwms"
-  workers = [f"127.0.0.1:{pretrain_data.free_port()}" for _ in range(2)]
-  runs = []
-  for index in range(2):
-    tf_config = {"cluster": {"worker": workers}, "task": {"type": "worker", "index": index}}
-    runs.append(_toy("--strategy", "multi_worker_mirrored", "--model_dir", str(model_dir),
-                     "--num_train_steps", "10", "--save_checkpoints_steps", "10",
-                     "--out_json", str(tmp_path / f"worker{index}.json"),
-                     env={**ENV, "TF_CONFIG": json.dumps(tf_config)}))
+  runs = [_toy("--strategy", "multi_worker_mirrored", "--model_dir", str(model_dir),
+               "--num_train_steps", "10", "--save_checkpoints_steps", "10",
+               "--out_json", str(tmp_path / f"worker{index}.json"),
+               env={**ENV, "TF_CONFIG": tf_config})
+          for index, tf_config in enumerate(pretrain_data.two_worker_tf_configs())]
   logs = [procs.finish(p, timeout=240) for p in runs]
   assert [p.returncode for p in runs] == [0, 0], "\n".join(log[-2000:] for log in logs)
   summaries = [json.loads((tmp_path / f"worker{i}.json").read_text())[0] for i in range(2)]

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import pathlib
 import shutil
 import socket
@@ -31,6 +32,13 @@ def free_port() -> int:
   with socket.socket() as s:
     s.bind(("127.0.0.1", 0))
     return s.getsockname()[1]
+
+
+def two_worker_tf_configs() -> list[str]:
+  """TF_CONFIG values (JSON) of a 2-worker cluster on free loopback ports, worker 0 first."""
+  workers = [f"127.0.0.1:{free_port()}" for _ in range(2)]
+  return [json.dumps({"cluster": {"worker": workers}, "task": {"type": "worker", "index": i}})
+          for i in range(2)]
 
 
 def emma_and_wiki(data_dir: pathlib.Path,
