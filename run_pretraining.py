@@ -106,6 +106,7 @@ def train_or_eval(config: Any, strategy: Any = None, jit_compile: bool = False,
   from electra_tf import training
   from electra_tf.interop import model_dir
   from electra_tf.pretraining import data_check, task
+  from electra_tf.training import input_state
 
   if (config.do_eval and not config.do_train and not config.init_checkpoint
       and training.latest_checkpoint(config.model_dir) is None):
@@ -125,9 +126,14 @@ def train_or_eval(config: Any, strategy: Any = None, jit_compile: bool = False,
     log_fn("=" * 80 + f"\nRunning training from step {start}\n" + "=" * 80)
     # Seeded: a resumed stream continues the uninterrupted one (the consumed batches are
     # skipped); unseeded: the official non-deterministic order restarts.
+    # A saved input state continues it without re-reading (training/input_state.py).
     skip = task.consumed_steps(config, start, log_fn)
-    results["train"] = run.trainer.train(task.dataset_fn(config, True, config.seed, skip),
-                                         metrics=run.train_metrics)
+    stream = input_state.plan(
+        config.model_dir, start, skip, task.stream_signature(config), run.trainer.strategy,
+        config.train_batch_size, lambda n: task.dataset_fn(config, True, config.seed, n), log_fn)
+    results["train"] = run.trainer.train(
+        task.dataset_fn(config, True, config.seed, stream.skip_steps),
+        metrics=run.train_metrics, input_state=stream)
   if config.do_eval:
     log_fn("=" * 80 + "\nRunning evaluation\n" + "=" * 80)
     results["eval"] = run.trainer.evaluate(

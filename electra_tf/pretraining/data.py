@@ -23,6 +23,7 @@ from absl import logging
 
 from electra_tf.pretraining.schema import FEATURES, MODEL_DTYPE, parse_spec, stored_length
 
+PIPELINE_VERSION = 1  # bump when the training pipeline's order or graph changes (saved states)
 CYCLE_LENGTH = 4  # files read in parallel (official num_cpu_threads)
 SHUFFLE_BUFFER = 100  # official example shuffle buffer
 _RECORD_OVERHEAD = 16  # TFRecord framing per record: uint64 length + two uint32 CRCs

@@ -14,6 +14,7 @@ Trainer passes per step and replica (masking and sampling are drawn from it).
 from __future__ import annotations
 
 import dataclasses
+import os
 import random
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
@@ -162,6 +163,18 @@ def dataset_fn(config: PretrainingConfig, is_training: bool, seed: int | None,
                                     vocab_size=config.vocab_size, skip_steps=skip_steps)
 
   return fn
+
+
+def stream_signature(config: PretrainingConfig) -> dict[str, Any] | None:
+  """What a seeded training stream depends on, saved with its input state (None: unseeded,
+  nothing to continue). A resume restores the state only when this is unchanged."""
+  if config.seed is None:
+    return None
+  files = data.expand_file_pattern(config.pretrain_tfrecords)
+  return {"files": [[os.path.basename(f), tf.io.gfile.stat(f).length] for f in files],
+          "train_batch_size": config.train_batch_size, "max_seq_length": config.max_seq_length,
+          "vocab_size": config.vocab_size, "seed": config.seed, "pipeline": data.PIPELINE_VERSION,
+          "tensorflow": tf.__version__}
 
 
 # ------------------------------------------------------------------------------ initialisation

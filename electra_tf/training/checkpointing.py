@@ -30,6 +30,7 @@ import tensorflow as tf
 
 from electra_tf import checkpoints
 from electra_tf.console import first_line
+from electra_tf.training import input_state
 
 _TEMP_DIR_RE = re.compile(r"^ckpt-(\d+)_temp$")
 _INDEX_RE = re.compile(r"^ckpt-(\d+)\.index$")
@@ -245,6 +246,7 @@ class CheckpointKeeper:
     self.save_dir = model_dir if is_chief else os.path.join(model_dir, f"worker_tmp_{task_id}")
     self._max_to_keep = (max_to_keep or None) if is_chief else 1
     self._manager = tf.train.CheckpointManager(checkpoint, self.save_dir, self._max_to_keep)
+    self.input: input_state.InputState | None = None  # saved beside each checkpoint if set
 
   def check(self, bytes_per_checkpoint: int) -> list[str]:
     """Fail-fast check of the folder this worker saves to (see check_model_dir), after the
@@ -254,6 +256,7 @@ class CheckpointKeeper:
     if self.is_chief:
       notes = [f"Removed {p}, left by a save that was interrupted"
                for p in remove_stale_temp_dirs(self.model_dir)]
+      input_state.prune(self.model_dir, set(map(step_of, complete_checkpoints(self.model_dir))))
     check_model_dir(self.save_dir, bytes_per_checkpoint)
     if self.is_chief:
       repaired = repair_state_file(self.model_dir)
@@ -286,4 +289,7 @@ class CheckpointKeeper:
           f"{latest_checkpoint(self.model_dir)}") from None
     if not self.is_chief:
       tf.io.gfile.rmtree(self.save_dir)
+    elif self.input is not None and self.input.saved:
+      self.input.save(self.model_dir, step)  # after the checkpoint: a kill between = no state
+      input_state.prune(self.model_dir, set(map(step_of, complete_checkpoints(self.model_dir))))
     return path

@@ -48,6 +48,7 @@ import tf_keras
 from electra_tf.console import first_line, log
 from electra_tf.training import accumulation, checkpointing, interrupt, monitoring, runtime
 from electra_tf.training.errors import InputDataError, NonFiniteLossError, data_error_line
+from electra_tf.training.input_state import InputState
 
 Features = Mapping[str, tf.Tensor]
 StepFn = Callable[[Features, tf.Tensor], Mapping[str, tf.Tensor]]
@@ -353,8 +354,8 @@ class Trainer:
   def _current_step(self) -> int:
     return int(self.global_step.numpy()) if self._restored else self.restore_or_initialize()
 
-  def train(self, dataset_fn: DatasetFn,
-            metrics: Sequence[tf_keras.metrics.Metric] = ()) -> dict[str, float]:
+  def train(self, dataset_fn: DatasetFn, metrics: Sequence[tf_keras.metrics.Metric] = (),
+            input_state: InputState | None = None) -> dict[str, float]:
     """Trains up to settings.num_train_steps; returns the last logged values.
 
     `metrics`: streaming Keras metrics that step_fn updates (create them under
@@ -365,6 +366,8 @@ class Trainer:
     pipeline (`input_context.get_per_replica_batch_size(global_batch)`). It is called after the
     restore, so it may read `trainer.global_step` to continue a deterministic data stream; by
     default a resumed run restarts its input pipeline, as the official TPUEstimator does.
+    `input_state` (see input_state.py), when it saves: the loop iterates its plain iterator
+    instead, and its state is saved beside each checkpoint.
     Raises NonFiniteLossError (without saving) when total_loss becomes NaN or Inf.
     """
     s = self.settings
@@ -374,7 +377,9 @@ class Trainer:
       return {}
     if self._train_loop is None:
       self._train_loop = self._make_loop(self._replica_train_step, train=True)
-    iterator = iter(self.strategy.distribute_datasets_from_function(dataset_fn))
+    self._keeper.input = input_state
+    iterator = (input_state.open() if input_state is not None and input_state.saved
+                else iter(self.strategy.distribute_datasets_from_function(dataset_fn)))
     writer = (tf.summary.create_file_writer(s.model_dir) if self.is_chief
               else tf.summary.create_noop_writer())
     progress = monitoring.Progress(s.num_train_steps, step, s.train_batch_size,
@@ -469,6 +474,7 @@ class Trainer:
     so the variables and global_step are those of the last completed step.
     """
     step = int(self.global_step.numpy())
+    self._keeper.input = None  # the input iterator is past the failing batch: not saved
     latest = self._keeper.latest()
     if step > 0 and (latest is None or checkpointing.step_of(latest) < step):
       self._save(step)
