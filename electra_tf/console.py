@@ -169,7 +169,9 @@ def one_line_errors(prog: str, verbose: bool = False) -> Iterator[None]:
   With ``verbose`` the traceback is printed first (not for absl's ``UsageError``, a mistake on
   the command line). An exception carrying an ``exit_code`` (training stopped by a signal,
   after saving) prints its line and exits with that status; Ctrl-C elsewhere exits 130 with
-  one line. ``SystemExit`` passes through unchanged.
+  one line. An exception whose ``exit_at_once`` is true (a multi-worker training stop, after
+  every worker saved) ends the process right after its line, skipping interpreter teardown.
+  ``SystemExit`` passes through unchanged.
   """
   try:
     yield
@@ -179,11 +181,26 @@ def one_line_errors(prog: str, verbose: bool = False) -> Iterator[None]:
     sys.stderr.write(f"{prog}: interrupted\n")
     sys.exit(130)
   except Exception as e:  # noqa: BLE001 -- the edge of the program: one line, not a traceback
+    at_once = getattr(e, "exit_at_once", False)
     if isinstance(getattr(e, "exit_code", None), int):
       sys.stderr.write(f"{prog}: {e}\n")
+      if at_once:
+        _exit_at_once(e.exit_code)
       sys.exit(e.exit_code)
     if type(e).__name__ == "UsageError":
       sys.exit(f"{prog}: error: {e}")
     if verbose:
       traceback.print_exc()
+    if at_once:
+      sys.stderr.write(f"{prog}: error: {error_line(e)}\n")
+      _exit_at_once(1)
     sys.exit(f"{prog}: error: {error_line(e)}")
+
+
+def _exit_at_once(status: int) -> None:
+  """Ends the process with ``status`` once its output is flushed, skipping interpreter
+  teardown (see one_line_errors)."""
+  sys.stdout.flush()
+  sys.stderr.flush()
+  logging.shutdown()
+  os._exit(status)

@@ -46,7 +46,14 @@ import tensorflow as tf
 import tf_keras
 
 from electra_tf.console import first_line, log
-from electra_tf.training import accumulation, checkpointing, interrupt, monitoring, runtime
+from electra_tf.training import (
+  accumulation,
+  checkpointing,
+  interrupt,
+  monitoring,
+  runtime,
+  worker_data,
+)
 from electra_tf.training.errors import InputDataError, NonFiniteLossError, data_error_line
 from electra_tf.training.input_state import InputState
 
@@ -171,6 +178,7 @@ class Trainer:
     self._restored = False
     self._accumulation_logged = False
     self._train_loop = None
+    self._input_guard: worker_data.InputErrorGuard | None = None
     self._eval_loops: dict[int, Callable] = {}
 
   # ----- per-replica work --------------------------------------------------------------------
@@ -290,10 +298,10 @@ class Trainer:
       for _ in tf.range(num_steps):
         if not finite:
           break
-        stopped = self._stop_signal(train)
+        optional = iterator.get_next_as_optional()
+        stopped = self._stop_signal(train, optional.has_value())
         if stopped > 0:
           break
-        optional = iterator.get_next_as_optional()
         if not optional.has_value():
           exhausted = tf.constant(True)
           break
@@ -306,15 +314,25 @@ class Trainer:
 
     return loop
 
-  def _stop_signal(self, train: bool) -> tf.Tensor:
-    """The signal asking to stop before the next step (0: none), agreed by all workers; called
-    inside the loop's tf.function."""
+  def _stop_signal(self, train: bool, after: tf.Tensor) -> tf.Tensor:
+    """The request to stop before the next step (0: none), agreed by all workers: a signal
+    number, or worker_data.DATA_ERROR + the replica whose input failed. Read once `after` is
+    computed (the batch fetch, where a worker's data error raises the request); called inside
+    the loop's tf.function."""
     if not train:
       return tf.constant(0)
-    if not self._collective_stop:
-      return self._stop.requested.read_value()
-    per_replica = self.strategy.run(lambda: tf.reshape(self._stop.requested, [1]))
-    return tf.reduce_max(self.strategy.gather(per_replica, axis=0))  # ReduceOp has no MAX
+    with tf.control_dependencies([after]):
+      if not self._collective_stop:
+        return self._stop.requested.read_value()
+
+      def mine():
+        code = self._stop.requested.read_value()
+        replica = tf.distribute.get_replica_context().replica_id_in_sync_group
+        code += tf.where(code >= worker_data.DATA_ERROR, tf.cast(replica, tf.int32), 0)
+        return tf.reshape(code, [1])
+
+      per_replica = self.strategy.run(mine)
+      return tf.reduce_max(self.strategy.gather(per_replica, axis=0))  # ReduceOp has no MAX
 
   def _run_loop(self, loop: Callable, iterator, num_steps: int):
     """(metric sums, steps run, loss finite, data ran out, stop signal or 0)."""
@@ -378,6 +396,10 @@ class Trainer:
     if self._train_loop is None:
       self._train_loop = self._make_loop(self._replica_train_step, train=True)
     self._keeper.input = input_state
+    if self._collective_stop:  # a data error on one worker must stop all of them
+      guard = worker_data.InputErrorGuard(self._stop)
+      self._input_guard, inner_fn = guard, dataset_fn
+      dataset_fn = lambda input_context: guard.guard(inner_fn(input_context))  # noqa: E731
     iterator = (input_state.open() if input_state is not None and input_state.saved
                 else iter(self.strategy.distribute_datasets_from_function(dataset_fn)))
     writer = (tf.summary.create_file_writer(s.model_dir) if self.is_chief
@@ -435,12 +457,18 @@ class Trainer:
         self._run_interval_hooks(step, logged, writer)
         for metric in metrics:
           metric.reset_state()
+      if stopped:  # the stop discarded one fetched batch: a saved input state would skip it
+        self._keeper.input = None
       if end or step % s.save_checkpoints_steps == 0:
         self._save(step)
+      if stopped and self._collective_stop:
+        self._barrier()  # every worker's part of the save is written before any of them exits
+      if worker_data.is_data_error(stopped):
+        raise self._worker_data_error(step, stopped)
       if stopped:
-        raise interrupt.Interrupted(
+        raise self._at_once(interrupt.Interrupted(
             f"interrupted at step {step}: saved "
-            f"{os.path.join(s.model_dir, f'ckpt-{step}')}; rerun to resume", stopped)
+            f"{os.path.join(s.model_dir, f'ckpt-{step}')}; rerun to resume", stopped))
       if exhausted:
         break
     return logged
@@ -481,6 +509,32 @@ class Trainer:
       latest = self._keeper.latest()
     return InputDataError(f"{data_error_line(error)} (at step {step}; latest checkpoint: "
                           f"{latest or 'none'})")
+
+  def _barrier(self) -> None:
+    """Returns once every worker got here (an all-reduce of one number)."""
+    ones = self.strategy.run(lambda: tf.constant(1))
+    self.strategy.reduce(tf.distribute.ReduceOp.SUM, ones, axis=None).numpy()
+
+  def _at_once(self, error: Exception) -> Exception:
+    """`error`, marked to end the process right after its line when several workers run.
+
+    Their input pipelines (worker_data.py) and TensorFlow's cluster services can block
+    interpreter teardown for minutes; every worker has saved and passed the barrier by now.
+    """
+    error.exit_at_once = self._collective_stop
+    return error
+
+  def _worker_data_error(self, step: int, stopped: int) -> InputDataError:
+    """The error every worker stops with after one worker's input failed (all saved `step`)."""
+    saved = os.path.join(self.settings.model_dir, f"ckpt-{step}")  # all saved it together
+    message = self._input_guard.message if self._input_guard is not None else None
+    if message is not None:
+      return self._at_once(InputDataError(
+          f"{message} (at step {step}; latest checkpoint: {saved})"))
+    worker = worker_data.replica_of(stopped) // len(self.strategy.extended.worker_devices)
+    return self._at_once(InputDataError(
+        f"stopped at step {step} on a data error on worker {worker} (its output names the "
+        f"shard); latest checkpoint: {saved}"))
 
   def evaluate(self, dataset_fn: DatasetFn, num_steps: int, step_fn: StepFn | None = None,
                metrics: Sequence[tf_keras.metrics.Metric] = (),
