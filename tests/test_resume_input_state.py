@@ -52,8 +52,9 @@ def pretrain_dir(tmp_path_factory, reference_dir) -> pathlib.Path:
   return root
 
 
-def _run(data_dir: pathlib.Path, name: str) -> subprocess.Popen:
-  args = ["--data-dir", str(data_dir), "--model-name", name, "--hparams", json.dumps(HPARAMS)]
+def _run(data_dir: pathlib.Path, name: str, hparams: dict | None = None) -> subprocess.Popen:
+  args = ["--data-dir", str(data_dir), "--model-name", name,
+          "--hparams", json.dumps(hparams or HPARAMS)]
   return subprocess.Popen([sys.executable, str(REPO / "run_pretraining.py"), *args], env=ENV,
                           stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
 
@@ -130,6 +131,36 @@ def test_run_killed_and_resumed_from_its_input_state_ends_bit_identical(pretrain
   for key in want:
     np.testing.assert_array_equal(got[key], want[key],
                                   err_msg=f"{key} (resumed at {starts}, by {lines})")
+
+
+@pytest.mark.slow
+def test_a_signal_stop_resumes_bit_identical(pretrain_dir):
+  """SIGINT between checkpoints: the stop discards the batch the loop had fetched, so the step
+  it saves gets no input state (a state would skip that batch) and the resume skips by
+  reading; the final weights equal an uninterrupted run's."""
+  hparams = {**HPARAMS, "iterations_per_loop": 1, "save_checkpoints_steps": 5}
+  models = pretrain_dir / "models"
+  clean = _run(pretrain_dir, "clean_sig", hparams)
+  stopped_dir = models / "stopped"
+  proc = _run(pretrain_dir, "stopped", hparams)
+  procs.wait_for_line(proc, rf"^6/{NUM_STEPS} ", TIMEOUT)  # past ckpt-5, before ckpt-10
+  proc.send_signal(signal.SIGINT)
+  log = procs.finish(proc, TIMEOUT)
+  assert proc.returncode == 130 and "interrupted at step" in log, log[-3000:]
+  start = _latest_step(stopped_dir)
+  assert 6 <= start < NUM_STEPS and start != 10, log[-3000:]
+  assert not (stopped_dir / "input_state" / f"ckpt-{start}").exists()
+
+  resumed = _run(pretrain_dir, "stopped", hparams)
+  log = procs.finish(resumed, TIMEOUT)
+  assert resumed.returncode == 0, log[-3000:]
+  assert f"Running training from step {start}" in log and SKIPPED in log, log[-3000:]
+  log = procs.finish(clean, TIMEOUT)
+  assert clean.returncode == 0, log[-3000:]
+  got, want = _tensors(stopped_dir), _tensors(models / "clean_sig")
+  assert sorted(got) == sorted(want) and any(k.startswith("model/") for k in want)
+  for key in want:
+    np.testing.assert_array_equal(got[key], want[key], err_msg=f"{key} (stopped at {start})")
 
 
 def test_resume_without_a_usable_input_state_says_so_and_skips_by_reading(pretrain_dir,
