@@ -8,7 +8,6 @@ import os
 import pathlib
 import random
 import signal
-import string
 import subprocess
 import sys
 import time
@@ -16,9 +15,8 @@ import time
 import numpy as np
 import pytest
 import tensorflow as tf
-from helpers import procs
+from helpers import pretrain_data, procs
 
-from data_prep import build_pretraining_dataset as bpd
 from electra_tf import training
 from electra_tf.config import PretrainingConfig
 from electra_tf.finetuning import classification, features
@@ -100,21 +98,14 @@ def test_each_dropout_site_of_a_step_draws_its_own_mask(tower_inputs, monkeypatc
   assert not seeds  # eval: no dropout
 
 
-# A character vocabulary keeps the generator's softmax, the embeddings and the saves small.
-CHARS = string.ascii_lowercase + string.digits + string.punctuation
-VOCAB = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]", *CHARS, *("##" + c for c in CHARS)]
+VOCAB = pretrain_data.CHAR_VOCAB
 
 
 @pytest.fixture(scope="module")
 def pretrain_dir(tmp_path_factory, reference_dir) -> pathlib.Path:
   """A data_dir in the official layout: vocab.txt + 2 TFRecord shards of real text, length 32."""
-  root = tmp_path_factory.mktemp("resume")
-  (root / "vocab.txt").write_text("".join(t + "\n" for t in VOCAB), encoding="utf-8")
-  bpd.build(bpd.BuildArgs(corpus_dir=str(reference_dir / "pretrain_data" / "corpus"),
-                          vocab_file=str(root / "vocab.txt"),
-                          output_dir=str(root / "pretrain_tfrecords"), max_seq_length=32,
-                          num_out_files=2, seed=1))
-  return root
+  return pretrain_data.char_vocab_data_dir(tmp_path_factory.mktemp("resume"),
+                                          reference_dir / "pretrain_data" / "corpus")
 
 
 def test_seeded_stream_skipping_consumed_steps_continues_the_uninterrupted_one(pretrain_dir):

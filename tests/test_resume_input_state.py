@@ -8,7 +8,6 @@ import os
 import pathlib
 import shutil
 import signal
-import string
 import subprocess
 import sys
 import time
@@ -16,9 +15,8 @@ import time
 import numpy as np
 import pytest
 import tensorflow as tf
-from helpers import procs
+from helpers import pretrain_data, procs
 
-from data_prep import build_pretraining_dataset as bpd
 from electra_tf import training
 from electra_tf.pretraining.data import pretraining_dataset
 from electra_tf.training import input_state
@@ -27,8 +25,7 @@ from electra_tf.training.checkpointing import step_of
 REPO = pathlib.Path(__file__).resolve().parents[1]
 ENV = {**os.environ, "TF_CPP_MIN_LOG_LEVEL": "3", "CUDA_VISIBLE_DEVICES": "-1",
        "TF_USE_LEGACY_KERAS": "1"}
-CHARS = string.ascii_lowercase + string.digits + string.punctuation
-VOCAB = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]", *CHARS, *("##" + c for c in CHARS)]
+VOCAB = pretrain_data.CHAR_VOCAB
 NUM_STEPS = 16
 HPARAMS = {"model_hparam_overrides": {"hidden_size": 32, "num_hidden_layers": 2},
            "embedding_size": 16, "max_seq_length": 32, "train_batch_size": 8,
@@ -43,13 +40,8 @@ SKIPPED = "Resume: skipping the"
 @pytest.fixture(scope="module")
 def pretrain_dir(tmp_path_factory, reference_dir) -> pathlib.Path:
   """A data_dir in the official layout: vocab.txt + 2 TFRecord shards of real text, length 32."""
-  root = tmp_path_factory.mktemp("input_state")
-  (root / "vocab.txt").write_text("".join(t + "\n" for t in VOCAB), encoding="utf-8")
-  bpd.build(bpd.BuildArgs(corpus_dir=str(reference_dir / "pretrain_data" / "corpus"),
-                          vocab_file=str(root / "vocab.txt"),
-                          output_dir=str(root / "pretrain_tfrecords"), max_seq_length=32,
-                          num_out_files=2, seed=1))
-  return root
+  return pretrain_data.char_vocab_data_dir(tmp_path_factory.mktemp("input_state"),
+                                          reference_dir / "pretrain_data" / "corpus")
 
 
 def _run(data_dir: pathlib.Path, name: str, hparams: dict | None = None) -> subprocess.Popen:

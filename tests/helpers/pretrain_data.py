@@ -6,6 +6,7 @@ import json
 import pathlib
 import shutil
 import socket
+import string
 
 from data_prep import build_pretraining_dataset as bpd
 
@@ -46,3 +47,18 @@ def emma_and_wiki(data_dir: pathlib.Path,
   """The first `chars` characters of Emma and of wikitext-2's test split."""
   return {"emma.txt": (data_dir / "gutenberg" / "austen-emma.txt", chars),
           "wiki.txt": (data_dir / "wikitext2" / "wiki.test.raw", chars)}
+
+
+# A character vocabulary keeps the generator's softmax, the embeddings and the saves small.
+CHARS = string.ascii_lowercase + string.digits + string.punctuation
+CHAR_VOCAB = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]", *CHARS, *("##" + c for c in CHARS)]
+
+
+def char_vocab_data_dir(root: pathlib.Path, corpus_dir: pathlib.Path) -> pathlib.Path:
+  """`root` in the official data_dir layout: the character vocab.txt + 2 TFRecord shards of
+  length 32 built from `corpus_dir`."""
+  (root / "vocab.txt").write_text("".join(t + "\n" for t in CHAR_VOCAB), encoding="utf-8")
+  bpd.build(bpd.BuildArgs(corpus_dir=str(corpus_dir), vocab_file=str(root / "vocab.txt"),
+                          output_dir=str(root / "pretrain_tfrecords"), max_seq_length=32,
+                          num_out_files=2, seed=1))
+  return root
