@@ -29,7 +29,9 @@ from typing import Any
 
 import tensorflow as tf
 
-DatasetFn = Callable[[tf.distribute.InputContext], tf.data.Dataset]
+from electra_tf.console import first_line
+
+DatasetFn = Callable[[tf.distribute.InputContext], tf.data.Dataset]  # the training stream's builder
 FOLDER = "input_state"  # in model_dir; not named ckpt-*, which tools take for checkpoint files
 _SIGNATURE = "signature.json"
 _STATE_DIR_RE = re.compile(r"^ckpt-(\d+)(\.tmp-[0-9a-f]+)?$")
@@ -82,10 +84,9 @@ class InputState:
         tf.train.Checkpoint(input=self.iterator).read(
             os.path.join(self.restore_from, "state")).assert_consumed()
       except (tf.errors.OpError, AssertionError, ValueError) as e:
-        line = (getattr(e, "message", None) or str(e) or type(e).__name__).strip()
         self.log_fn(f"Resume: the input state in {self.restore_from} does not restore "
-                    f"({line.splitlines()[0] if line else type(e).__name__}); skipping the "
-                    "consumed examples by reading them instead")
+                    f"({first_line(e)}); skipping the consumed examples by reading them "
+                    "instead")
         self.skip_steps, self.restore_from = self.fallback_skip_steps, None
         self.iterator = iter(make_dataset(self.skip_steps))
     return self.iterator
@@ -106,9 +107,8 @@ class InputState:
         shutil.rmtree(final)
       os.rename(tmp, final)
     except (OSError, tf.errors.OpError) as e:
-      text = (getattr(e, "message", None) or str(e) or type(e).__name__).strip()
       self.log_fn(f"Warning: saving the input state of step {step} in {final} failed "
-                  f"({text.splitlines()[0]}); a resume from it will skip the consumed examples "
+                  f"({first_line(e)}); a resume from it will skip the consumed examples "
                   "by reading them")
     finally:
       shutil.rmtree(tmp, ignore_errors=True)

@@ -55,11 +55,10 @@ from electra_tf.training import (
   worker_data,
 )
 from electra_tf.training.errors import InputDataError, NonFiniteLossError, data_error_line
-from electra_tf.training.input_state import InputState
+from electra_tf.training.input_state import DatasetFn, InputState
 
 Features = Mapping[str, tf.Tensor]
 StepFn = Callable[[Features, tf.Tensor], Mapping[str, tf.Tensor]]
-DatasetFn = Callable[[tf.distribute.InputContext], tf.data.Dataset]
 BatchTotalsFn = Callable[[Features], Mapping[str, tf.Tensor]]
 # hook(step, values logged for the interval ending at step), run with the run's summary writer
 # as the default writer (tf.summary calls land in its TensorBoard events)
