@@ -64,6 +64,8 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
   g.add_argument("--max_sentences", type=int, default=0, help="0: all SST-2 sentences")
   g.add_argument("--no_wikitext", action="store_true", help="SST-2 sentences only")
   g.add_argument("--vocab_size", type=int, default=8000, help="asked of the vocab learner")
+  g.add_argument("--vocab_min_count", type=int, default=10,
+                 help="words seen fewer times are split into WordPieces")
   g = p.add_argument_group("model (discriminator / fine-tuned encoder)")
   g.add_argument("--layers", type=int, default=2)
   g.add_argument("--hidden", type=int, default=256)
@@ -381,7 +383,8 @@ def main(argv: Sequence[str] | None = None) -> None:
   vocab_file = os.path.join(out, "vocab.txt")
   record["timings_s"]["vocab"] = run(
       "learn_vocab", "data_prep/learn_vocab.py", "--corpus_dir", os.path.join(out, "corpus"),
-      "--vocab_file", vocab_file, "--vocab_size", str(args.vocab_size))
+      "--vocab_file", vocab_file, "--vocab_size", str(args.vocab_size),
+      "--min_count", str(args.vocab_min_count))
   with open(vocab_file, encoding="utf-8") as f:
     vocab_size = sum(1 for _ in f)
   record["timings_s"]["tfrecords"] = run(

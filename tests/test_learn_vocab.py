@@ -1,5 +1,7 @@
 """WordPiece vocabulary learning for corpora without a vocabulary (the demo's path)."""
 
+import pytest
+
 from data_prep.learn_vocab import RESERVED, learn_vocab
 from electra_tf.tokenization import FullTokenizer
 
@@ -17,3 +19,28 @@ def test_learned_vocab_covers_the_corpus(tmp_path, data_dir):
   ids = [i for line in text.splitlines()[:400] for i in
          tokenizer.convert_tokens_to_ids(tokenizer.tokenize(line))]
   assert ids and ids.count(tokens.index("[UNK]")) / len(ids) < 0.01
+
+
+def test_min_count_keeps_rarer_words_whole(tmp_path, data_dir):
+  """A small corpus: words seen 3-9 times are split into pieces by default (tensorflow-text's
+  lower_thresh 10) and kept whole with ``min_count=3``."""
+  import collections
+  import re
+
+  lines = (data_dir / "gutenberg" / "austen-persuasion.txt").read_text(
+      encoding="utf-8").splitlines()[:400]
+  corpus = tmp_path / "corpus"
+  corpus.mkdir()
+  (corpus / "a.txt").write_text("\n".join(lines), encoding="utf-8")
+  counts = collections.Counter(w for line in lines for w in re.findall(r"[a-z]+", line.lower()))
+  mid = [w for w, n in counts.items() if 3 <= n < 10 and len(w) > 3]
+  whole = {}
+  for min_count in (10, 3):
+    vocab_file = tmp_path / f"vocab{min_count}.txt"
+    learn_vocab(str(corpus), str(vocab_file), vocab_size=8000, min_count=min_count)
+    tokens = set(vocab_file.read_text(encoding="utf-8").splitlines())
+    whole[min_count] = sum(w in tokens for w in mid) / len(mid)
+  assert len(mid) > 50
+  assert whole[3] > 0.95 and whole[10] < 0.5, whole
+  with pytest.raises(ValueError, match="--min_count must be at least 1, got 0"):
+    learn_vocab(str(corpus), str(tmp_path / "v.txt"), min_count=0)

@@ -43,3 +43,27 @@ def test_cli_probes_random_and_official_checkpoint(tmp_path, reference_dir, data
     assert sorted(scores) == sorted(f"{layer}_{pool}" for layer in ("emb", "layer0", "layer1")
                                     for pool in ("cls", "mean"))
     assert all(0.0 <= float(v) <= 1.0 for v in scores.values())
+
+
+def test_rows_of_a_user_task_csv_and_a_glue_tsv(tmp_path):
+  csv_file = tmp_path / "train.csv"
+  csv_file.write_text('id,sentence,label\n0,"Wait, then read.",asyncio\n1,Parse it.,email\n',
+                      encoding="utf-8")
+  assert probe_features.read_rows(str(csv_file), "sentence", "label") == (
+      ["Wait, then read.", "Parse it."], ["asyncio", "email"])
+  tsv_file = tmp_path / "train.tsv"
+  tsv_file.write_text('sentence\tlabel\na "quoted", film\t1\n', encoding="utf-8")
+  assert probe_features.read_rows(str(tsv_file), "sentence", "label") == (
+      ['a "quoted", film'], ["1"])
+
+
+def test_bag_of_words_reads_a_label_carried_by_one_word():
+  rng = np.random.default_rng(0)
+  y = rng.integers(0, 2, 200)
+  ids = rng.integers(5, 40, (200, 8))
+  ids[:, 3] = np.where(y == 1, 41, 42)  # the label's own word
+  ids[:, 0] = 2  # [CLS]: reserved ids are left out
+  assert probe_features.bag_of_words_accuracy(ids[:100], y[:100], ids[100:], y[100:], 50) == 1.0
+  noise = rng.integers(5, 40, (200, 8))
+  assert probe_features.bag_of_words_accuracy(noise[:100], y[:100], noise[100:], y[100:],
+                                              50) < 0.7

@@ -33,10 +33,12 @@ from electra_tf import checkpoints, names, tokenization
 from electra_tf.config import PretrainingConfig, get_bert_config  # noqa: E402
 from electra_tf.interop import model_dir, model_source  # noqa: E402
 from electra_tf.modeling.encoder import Transformer  # noqa: E402
+from electra_tf.training.runtime import set_seed  # noqa: E402
 
 FLAGS = flags.FLAGS
 flags.DEFINE_list("model_dirs", [], "Pre-trained models (model dirs or checkpoints), one shape.")
-flags.DEFINE_string("train_tsv", None, "TSV with a header naming --text_column, --label_column.")
+flags.DEFINE_string("train_tsv", None, "TSV (or .csv) with a header naming --text_column, "
+                    "--label_column.")
 flags.DEFINE_string("dev_tsv", None, "Dev TSV, same columns.")
 flags.DEFINE_string("vocab_file", None, "Default: vocab.txt beside the first model.")
 flags.DEFINE_string("text_column", "sentence", "Column holding the text.")
@@ -45,13 +47,17 @@ flags.DEFINE_integer("train_rows", 500, "Rows of --train_tsv the probe is fitted
 flags.DEFINE_integer("max_seq_length", 64, "Tokens per sentence, [CLS] and [SEP] included.")
 flags.DEFINE_float("ridge", 100.0, "L2 penalty of the probe (features are standardised).")
 flags.DEFINE_integer("seed", 1, "Seed of the random-init encoder.")
+flags.DEFINE_bool("bag_of_words", False, "Also print the accuracy of a ridge classifier on which "
+                  "WordPieces a sentence holds: what the labelled rows teach without any encoder.")
 
 
 def read_rows(path: str, text_column: str, label_column: str,
               limit: int | None = None) -> tuple[list[str], list[str]]:
-  """(texts, labels) of a TSV with a header; a missing column is one line naming the file."""
+  """(texts, labels) of a TSV (or, by its extension, a .csv: a user task's files) with a header;
+  a missing column is one line naming the file."""
   with open(path, encoding="utf-8", newline="") as f:
-    reader = csv.DictReader(f, delimiter="\t", quoting=csv.QUOTE_NONE)
+    reader = (csv.DictReader(f) if path.endswith(".csv")
+              else csv.DictReader(f, delimiter="\t", quoting=csv.QUOTE_NONE))
     for column in (text_column, label_column):
       if column not in (reader.fieldnames or []):
         raise ValueError(f"{path}: no column {column!r} (columns: {reader.fieldnames})")
@@ -96,6 +102,21 @@ def probe_accuracy(train_x: np.ndarray, train_y: np.ndarray, dev_x: np.ndarray,
   return float(((b @ w).argmax(1) == dev_y).mean())
 
 
+def bag_of_words_accuracy(train_ids: np.ndarray, train_y: np.ndarray, dev_ids: np.ndarray,
+                          dev_y: np.ndarray, vocab_size: int, ridge: float = 1.0) -> float:
+  """Dev accuracy of a one-vs-all ridge regression on binary WordPiece presence (ids [N, T];
+  the reserved ids 0-4 are left out), solved in its dual form (N x N)."""
+  def presence(ids):
+    x = np.zeros((len(ids), vocab_size), np.float32)
+    np.put_along_axis(x, ids, 1.0, axis=1)
+    x[:, :5] = 0.0
+    return x
+  a, b = presence(train_ids), presence(dev_ids)
+  targets = np.eye(int(max(train_y.max(), dev_y.max())) + 1)[train_y]
+  w = a.T @ np.linalg.solve(a @ a.T + ridge * np.eye(len(a)), targets)
+  return float(((b @ w).argmax(1) == dev_y).mean())
+
+
 def load_encoder(encoder: Transformer, path: str) -> None:
   """Discriminator weights from our pre-training checkpoints or an official TF1 checkpoint."""
   prefix = checkpoints.resolve_checkpoint(path)
@@ -126,8 +147,11 @@ def main(argv: list[str]) -> None:
   dev_in = encode(tokenizer, dev_texts, FLAGS.max_seq_length)
   print(f"probe: {len(texts)} train / {len(dev_texts)} dev rows, {len(classes)} classes, "
         f"majority {np.bincount(dev_y).max() / len(dev_y):.3f}")
+  if FLAGS.bag_of_words:
+    bow = bag_of_words_accuracy(train_in[0], train_y, dev_in[0], dev_y, len(tokenizer.vocab))
+    print(f"bag-of-words: {bow:.3f}")
   for source in ["random"] + FLAGS.model_dirs:
-    tf.random.set_seed(FLAGS.seed)
+    set_seed(FLAGS.seed)  # python, numpy and TF: tf_keras initializers draw from all three
     encoder = Transformer(get_bert_config(config), config.embedding_size,
                           scope=names.DISCRIMINATOR)
     encoder.build(None)
