@@ -1,5 +1,8 @@
 """WordPiece vocabulary learning for corpora without a vocabulary (the demo's path)."""
 
+import collections
+import re
+
 import pytest
 
 from data_prep.learn_vocab import RESERVED, learn_vocab
@@ -24,9 +27,6 @@ def test_learned_vocab_covers_the_corpus(tmp_path, data_dir):
 def test_min_count_keeps_rarer_words_whole(tmp_path, data_dir):
   """A small corpus: words seen 3-9 times are split into pieces by default (tensorflow-text's
   lower_thresh 10) and kept whole with ``min_count=3``."""
-  import collections
-  import re
-
   lines = (data_dir / "gutenberg" / "austen-persuasion.txt").read_text(
       encoding="utf-8").splitlines()[:400]
   corpus = tmp_path / "corpus"

@@ -18,6 +18,7 @@ import csv
 import itertools
 import os
 import sys
+from collections.abc import Sequence
 
 from electra_tf import console  # noqa: I001 -- console.quiet must run before TensorFlow loads
 
@@ -92,29 +93,36 @@ def features(encoder: Transformer, ids: np.ndarray, mask: np.ndarray,
   return {k: np.concatenate(v) for k, v in parts.items()}
 
 
+def ridge_accuracy(a: np.ndarray, train_y: np.ndarray, b: np.ndarray, dev_y: np.ndarray,
+                   ridge: float) -> float:
+  """Dev accuracy of a one-vs-all ridge regression fitted on ``a`` [N, D], scored on ``b``;
+  solved over D (primal) or, when there are fewer rows than features, over N (dual)."""
+  targets = np.eye(int(max(train_y.max(), dev_y.max())) + 1)[train_y]
+  if len(a) < a.shape[1]:
+    w = a.T @ np.linalg.solve(a @ a.T + ridge * np.eye(len(a)), targets)
+  else:
+    w = np.linalg.solve(a.T @ a + ridge * np.eye(a.shape[1]), a.T @ targets)
+  return float(((b @ w).argmax(1) == dev_y).mean())
+
+
 def probe_accuracy(train_x: np.ndarray, train_y: np.ndarray, dev_x: np.ndarray,
                    dev_y: np.ndarray, ridge: float) -> float:
   """Dev accuracy of a one-vs-all ridge regression on standardised features."""
   mean, std = train_x.mean(0), train_x.std(0) + 1e-6
-  a, b = (train_x - mean) / std, (dev_x - mean) / std
-  targets = np.eye(int(max(train_y.max(), dev_y.max())) + 1)[train_y]
-  w = np.linalg.solve(a.T @ a + ridge * np.eye(a.shape[1]), a.T @ targets)
-  return float(((b @ w).argmax(1) == dev_y).mean())
+  return ridge_accuracy((train_x - mean) / std, train_y, (dev_x - mean) / std, dev_y, ridge)
 
 
 def bag_of_words_accuracy(train_ids: np.ndarray, train_y: np.ndarray, dev_ids: np.ndarray,
-                          dev_y: np.ndarray, vocab_size: int, ridge: float = 1.0) -> float:
-  """Dev accuracy of a one-vs-all ridge regression on binary WordPiece presence (ids [N, T];
-  the reserved ids 0-4 are left out), solved in its dual form (N x N)."""
+                          dev_y: np.ndarray, vocab_size: int, ridge: float = 1.0,
+                          ignore_ids: Sequence[int] = (0, 1, 2, 3, 4)) -> float:
+  """Dev accuracy of a one-vs-all ridge regression on binary WordPiece presence (ids [N, T]);
+  ``ignore_ids``: the special tokens' ids (default: a ``learn_vocab.py`` vocabulary's)."""
   def presence(ids):
     x = np.zeros((len(ids), vocab_size), np.float32)
     np.put_along_axis(x, ids, 1.0, axis=1)
-    x[:, :5] = 0.0
+    x[:, list(ignore_ids)] = 0.0
     return x
-  a, b = presence(train_ids), presence(dev_ids)
-  targets = np.eye(int(max(train_y.max(), dev_y.max())) + 1)[train_y]
-  w = a.T @ np.linalg.solve(a @ a.T + ridge * np.eye(len(a)), targets)
-  return float(((b @ w).argmax(1) == dev_y).mean())
+  return ridge_accuracy(presence(train_ids), train_y, presence(dev_ids), dev_y, ridge)
 
 
 def load_encoder(encoder: Transformer, path: str) -> None:
@@ -148,7 +156,9 @@ def main(argv: list[str]) -> None:
   print(f"probe: {len(texts)} train / {len(dev_texts)} dev rows, {len(classes)} classes, "
         f"majority {np.bincount(dev_y).max() / len(dev_y):.3f}")
   if FLAGS.bag_of_words:
-    bow = bag_of_words_accuracy(train_in[0], train_y, dev_in[0], dev_y, len(tokenizer.vocab))
+    specials = [tokenizer.vocab[t] for t in tokenization.SPECIAL_TOKENS if t in tokenizer.vocab]
+    bow = bag_of_words_accuracy(train_in[0], train_y, dev_in[0], dev_y, len(tokenizer.vocab),
+                                ignore_ids=specials)
     print(f"bag-of-words: {bow:.3f}")
   for source in ["random"] + FLAGS.model_dirs:
     set_seed(FLAGS.seed)  # python, numpy and TF: tf_keras initializers draw from all three
