@@ -40,7 +40,7 @@ from electra_tf import training  # noqa: E402
 from electra_tf.cli import data_dir_and_model_name  # noqa: E402
 from electra_tf.config import FinetuningConfig, load_hparams  # noqa: E402
 from electra_tf.finetuning.trials import run_finetuning  # noqa: E402
-from electra_tf.interop.model_source import finetuning_config  # noqa: E402
+from electra_tf.reading.model_source import finetuning_config  # noqa: E402
 
 __all__ = ["run_finetuning"]  # the library's trial loop, importable from here as before
 

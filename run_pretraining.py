@@ -104,8 +104,8 @@ def train_or_eval(config: Any, strategy: Any = None, jit_compile: bool = False,
   import tensorflow as tf
 
   from electra_tf import training
-  from electra_tf.interop import model_dir
   from electra_tf.pretraining import data_check, task
+  from electra_tf.reading import model_dir
   from electra_tf.training import input_state
 
   if (config.do_eval and not config.do_train and not config.init_checkpoint
@@ -191,7 +191,7 @@ def restart(model_dir: str) -> None:
 def main(argv: Sequence[str]) -> None:
   data_dir, model_name = data_dir_and_model_name(list(argv))
   from electra_tf.config import load_hparams
-  from electra_tf.interop.model_source import pretraining_config
+  from electra_tf.reading.model_source import pretraining_config
 
   if FLAGS.restart:  # before the config, which reads the old model's hparams.json
     restart(os.path.join(data_dir, "models", model_name))

@@ -13,9 +13,9 @@ from helpers.checkpoint_asserts import assert_same_checkpoint, max_diff
 from safetensors.numpy import load_file
 
 from electra_tf.config import PretrainingConfig, get_bert_config, get_generator_config
-from electra_tf.interop import model_dir
 from electra_tf.interop.conversion import EXPORTS, convert
 from electra_tf.modeling.bert_config import BertConfig
+from electra_tf.reading import model_dir
 
 ATOL = 1e-4  # HF (PyTorch) and TF sum in different orders, see the reference README
 
@@ -137,7 +137,7 @@ def test_official_checkpoint_without_hparams_is_inferred(reference_dir, tmp_path
                 "electra_objective", "untied_generator_embeddings", "do_lower_case"):
     assert stored[field] == resolved[field], field
   # The same inference when the checkpoint starts a pre-training or fine-tuning run.
-  from electra_tf.interop.model_source import finetuning_config, pretraining_config
+  from electra_tf.reading.model_source import finetuning_config, pretraining_config
 
   lines = []
   pre = pretraining_config("m", str(tmp_path), {"init_checkpoint": str(copy)}, lines.append)
@@ -159,9 +159,9 @@ def test_finetuning_and_pretraining_start_from_hf(hf_ref, hf_out, tmp_path, star
   weights come from it."""
   from electra_tf.finetuning import registry
   from electra_tf.finetuning.finetuning_model import create_model, load_init_checkpoint
-  from electra_tf.interop.model_source import finetuning_config, pretraining_config
   from electra_tf.pretraining.builder import build_pretraining_model
   from electra_tf.pretraining.task import init_from_checkpoint
+  from electra_tf.reading.model_source import finetuning_config, pretraining_config
 
   out, _ = hf_out
   path = str(hf_ref if start == "hf_folder" else out)

@@ -11,9 +11,10 @@ import tensorflow as tf
 from safetensors.numpy import load_file, save_file
 
 from electra_tf.config import PretrainingConfig, get_bert_config, get_generator_config
-from electra_tf.interop import hf_export, hf_import, hf_tokenizer
+from electra_tf.interop import hf_export, hf_tokenizer
 from electra_tf.pretraining import masking
 from electra_tf.pretraining.builder import build_pretraining_model
+from electra_tf.reading import hf_import
 
 ATOL = 1e-4
 

@@ -11,11 +11,12 @@ PACKAGE = pathlib.Path(__file__).resolve().parent.parent / "electra_tf"
 # and the layers below it. Entry-point wiring: electra_tf.convert (python -m).
 LAYERS = [
     ("foundations", ["electra_tf", "electra_tf.modeling.bert_config"]),
-    ("model reading", ["electra_tf.interop.model_dir", "electra_tf.interop.hf_import",
-                       "electra_tf.interop.model_source"]),
+    ("model reading", ["electra_tf.reading.model_dir", "electra_tf.reading.hf_import",
+                       "electra_tf.reading.model_source"]),
     ("modeling", ["electra_tf.modeling"]),
     ("generic training", ["electra_tf.training"]),
-    ("pre-training and fine-tuning", ["electra_tf.pretraining", "electra_tf.finetuning"]),
+    ("pre-training", ["electra_tf.pretraining"]),
+    ("fine-tuning", ["electra_tf.finetuning"]),
     ("run wiring", ["electra_tf.pretraining.task", "electra_tf.finetuning.runner",
                     "electra_tf.finetuning.trials"]),
     ("interop exports", ["electra_tf.interop"]),
@@ -75,6 +76,26 @@ def test_every_import_points_down_the_layers():
             for m, targets in graph.items() for t in sorted(targets)
             if _rank(t) > _rank(m) and not (m.startswith(t + ".") or m == t)]
   assert not upward, "\n".join(upward)
+
+
+def test_pretraining_and_finetuning_do_not_import_each_other():
+  """Two separate layers in the order of docs/architecture.md, and peers: neither side (its
+  run wiring included) imports the other."""
+  graph = _graph()
+  sides = ("electra_tf.pretraining", "electra_tf.finetuning")
+  crossing = [f"{m} -> {t}" for m, targets in graph.items() for t in sorted(targets)
+              for a, b in (sides, sides[::-1])
+              if (m == a or m.startswith(a + ".")) and (t == b or t.startswith(b + "."))]
+  assert not crossing, crossing
+
+
+def test_the_layer_order_is_the_documented_one():
+  """The layer table of docs/architecture.md lists these layers in this order."""
+  doc = (PACKAGE.parent / "docs" / "architecture.md").read_text()
+  table = [line.split("|")[1].strip() for line in doc.splitlines()
+           if line.startswith("| ") and not line.startswith("| layer")
+           and not line.startswith("|---")]
+  assert table[:len(LAYERS)] == [name for name, _ in LAYERS]
 
 
 def test_root_modules_import_no_subpackage_but_modeling_config():

@@ -22,7 +22,7 @@ from electra_tf.config import FinetuningConfig, PretrainingConfig
 from electra_tf.finetuning.trials import run_finetuning
 from electra_tf.interop import hf_tokenizer
 from electra_tf.interop import staged_output as staging
-from electra_tf.interop.model_dir import write_model_files
+from electra_tf.reading.model_dir import write_model_files
 
 ENV = {**os.environ, "TF_CPP_MIN_LOG_LEVEL": "3", "CUDA_VISIBLE_DEVICES": "-1",
        "TF_USE_LEGACY_KERAS": "1", "PYTHONPATH": str(REPO_ROOT)}

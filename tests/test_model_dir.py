@@ -17,9 +17,9 @@ from electra_tf.config import (
   get_generator_config,
   load_hparams,
 )
-from electra_tf.interop import model_dir
 from electra_tf.modeling.bert_config import BertConfig
 from electra_tf.pretraining.builder import build_pretraining_model
+from electra_tf.reading import model_dir
 
 SMALL_2L = {"model_size": "small", "model_hparam_overrides": {"num_hidden_layers": 2}}
 

@@ -12,9 +12,9 @@ import pytest
 import tensorflow as tf
 
 from data_prep import build_pretraining_dataset as bpd
-from electra_tf.interop import model_dir
 from electra_tf.interop.conversion import convert_finetuned
-from electra_tf.interop.model_source import finetuning_config, pretraining_config
+from electra_tf.reading import model_dir
+from electra_tf.reading.model_source import finetuning_config, pretraining_config
 
 REPO = pathlib.Path(__file__).resolve().parents[1]
 ENV = {**os.environ, "TF_CPP_MIN_LOG_LEVEL": "3", "CUDA_VISIBLE_DEVICES": "-1",

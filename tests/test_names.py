@@ -14,10 +14,10 @@ import tensorflow as tf
 from safetensors import safe_open
 
 from electra_tf import names
-from electra_tf.interop.hf_import import bert_config_from_hf
 from electra_tf.modeling.bert_config import BertConfig
 from electra_tf.modeling.encoder import Transformer
 from electra_tf.modeling.heads import DiscriminatorHead, MaskedLMHead
+from electra_tf.reading.hf_import import bert_config_from_hf
 
 
 def _hf_folder(reference_dir, which):

@@ -18,10 +18,10 @@ from helpers.checkpoint_asserts import assert_same_checkpoint
 from electra_tf import checkpoints, names
 from electra_tf.config import FinetuningConfig, PretrainingConfig
 from electra_tf.finetuning import finetuning_model, registry
-from electra_tf.interop import model_dir
 from electra_tf.interop.conversion import convert, convert_finetuned, training_slots
 from electra_tf.pretraining import task
 from electra_tf.pretraining.builder import build_pretraining_model
+from electra_tf.reading import model_dir
 
 # The structure of ../shared/reference/electra_small_2l (2 layers, embedding size != hidden
 # size, generator 1/4 of the discriminator, untied generator, tied embeddings) at tiny sizes.

@@ -32,8 +32,8 @@ from absl import app, flags  # noqa: E402
 
 from electra_tf import checkpoints, names, tokenization
 from electra_tf.config import PretrainingConfig, get_bert_config  # noqa: E402
-from electra_tf.interop import model_dir, model_source  # noqa: E402
 from electra_tf.modeling.encoder import Transformer  # noqa: E402
+from electra_tf.reading import model_dir, model_source  # noqa: E402
 from electra_tf.training.runtime import set_seed  # noqa: E402
 
 FLAGS = flags.FLAGS

@@ -15,7 +15,7 @@ Initialisation (``load_init_checkpoint``):
   ``discriminator`` tower is restored into the encoder;
 - our TF2 fine-tuning checkpoint (``tf.train.Checkpoint(model=FinetuningModel)``): the encoder
   and the heads of the tasks both runs share;
-- a Hugging Face ELECTRA folder: its discriminator (``interop.hf_import``) fills the encoder.
+- a Hugging Face ELECTRA folder: its discriminator (``reading.hf_import``) fills the encoder.
 """
 
 from __future__ import annotations
@@ -31,12 +31,12 @@ from electra_tf import checkpoints
 from electra_tf.config import FinetuningConfig, get_bert_config
 from electra_tf.finetuning.task_base import Task
 from electra_tf.finetuning.task_heads import multitask_loss
-from electra_tf.interop import model_source
 from electra_tf.modeling.bert_config import BertConfig
 from electra_tf.modeling.dropout import site_seed
 from electra_tf.modeling.encoder import Transformer
 from electra_tf.modeling.layers import serializable
 from electra_tf.optimization import AdamWeightDecay, Lamb, create_optimizer
+from electra_tf.reading import model_source
 from electra_tf.training.runtime import uses_tpu
 
 ENCODER_SCOPE = "electra"

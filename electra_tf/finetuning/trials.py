@@ -15,8 +15,8 @@ from electra_tf.console import log
 from electra_tf.finetuning import outputs, registry
 from electra_tf.finetuning.preprocessing import Preprocessor, make_examples_fn
 from electra_tf.finetuning.runner import ModelRunner
-from electra_tf.interop import model_source
-from electra_tf.interop.model_dir import write_model_files
+from electra_tf.reading import model_source
+from electra_tf.reading.model_dir import write_model_files
 
 INTERRUPTED = "INTERRUPTED"  # in a trial's model_dir: resume it instead of starting afresh
 

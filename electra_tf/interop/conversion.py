@@ -18,7 +18,7 @@ as stored, a training checkpoint's restored into the ``optimizer`` of its hparam
 ``<output_dir>/hf/`` (``discriminator/`` for ``ElectraForPreTraining``, ``generator/`` for
 ``ElectraForMaskedLM``), plus ``<output_dir>/encoder/``, a TF-Hub-style encoder SavedModel.
 ``<output_dir>`` and each of these folders hold ``hparams.json`` and ``vocab.txt``
-(``electra_tf.interop.model_dir``); the hf/ folders the tokenizer files and every SavedModel
+(``electra_tf.reading.model_dir``); the hf/ folders the tokenizer files and every SavedModel
 ``assets/vocab.txt``. With ``task_names`` in the hparams the checkpoint is a fine-tuned model:
 the SavedModel then has the task signatures (``classify``, ``squad``, ``tag``) and
 ``--data_dir`` names the fine-tuning data layout. ``--litert`` (fine-tuned models) adds
@@ -47,7 +47,7 @@ from electra_tf.finetuning.finetuning_model import (
   create_model,
   load_init_checkpoint,
 )
-from electra_tf.interop import deploy_exports, hf_import, model_dir, model_source, staged_output
+from electra_tf.interop import deploy_exports, staged_output
 from electra_tf.interop.finetuned_saved_model import export_finetuned_saved_model
 from electra_tf.interop.hf_export import export_hf
 from electra_tf.interop.hf_tokenizer import write_tokenizer_files
@@ -55,6 +55,7 @@ from electra_tf.interop.saved_model import export_encoder_saved_model, export_sa
 from electra_tf.optimization import create_optimizer
 from electra_tf.pretraining.builder import build_pretraining_model
 from electra_tf.pretraining.pretraining_model import PretrainingModel
+from electra_tf.reading import hf_import, model_dir, model_source
 
 FLAGS = flags.FLAGS
 EXPORTS = ("tf1", "tf2", "saved_model", "encoder", "hf")  # the folders under --output_dir

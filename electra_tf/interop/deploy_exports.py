@@ -15,8 +15,9 @@ from typing import Any
 from electra_tf.config import get_bert_config
 from electra_tf.finetuning.classification import SingleOutputTask
 from electra_tf.finetuning.tagging import TaggingTask
-from electra_tf.interop import litert_export, model_dir
+from electra_tf.interop import litert_export
 from electra_tf.interop.keras_hub_export import KERAS_HUB_DIR, MISSING, export_preset
+from electra_tf.reading import model_dir
 
 
 def check_requests(litert: Sequence[str], keras_hub: bool, checkpoint: str,

@@ -28,15 +28,15 @@ import numpy as np
 from safetensors.numpy import load_file, save_file
 
 from electra_tf import atomic_io, names
-from electra_tf.interop.hf_import import (
-    CONFIG_FILE,
-    DISCRIMINATOR_DIR,
-    GENERATOR_DIR,
-    LAYER_NORM_EPS,
-    bert_config_from_hf,
-)
 from electra_tf.modeling.bert_config import BertConfig
 from electra_tf.names import HfTable
+from electra_tf.reading.hf_import import (
+  CONFIG_FILE,
+  DISCRIMINATOR_DIR,
+  GENERATOR_DIR,
+  LAYER_NORM_EPS,
+  bert_config_from_hf,
+)
 
 LAYOUT_FILE = "electra_tf_layout.json"
 WEIGHTS_FILE = "model.safetensors"

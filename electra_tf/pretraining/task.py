@@ -24,7 +24,6 @@ import tensorflow as tf
 from electra_tf import checkpoints, tokenization, training
 from electra_tf.config import PretrainingConfig
 from electra_tf.console import log
-from electra_tf.interop import model_source
 from electra_tf.optimization import create_optimizer
 from electra_tf.pretraining import data, flops, masking
 from electra_tf.pretraining import metrics as metrics_lib
@@ -32,6 +31,7 @@ from electra_tf.pretraining import objective as objective_lib
 from electra_tf.pretraining.builder import build_pretraining_model
 from electra_tf.pretraining.collapse import CollapseWatch
 from electra_tf.pretraining.pretraining_model import PretrainingModel
+from electra_tf.reading import model_source
 from electra_tf.training import hardware
 from electra_tf.training.accumulation import BATCH_TOTALS
 

@@ -26,7 +26,7 @@ import tensorflow as tf
 
 from electra_tf import checkpoints
 from electra_tf.config import FinetuningConfig, PretrainingConfig
-from electra_tf.interop import hf_import, model_dir
+from electra_tf.reading import hf_import, model_dir
 
 HUGGING_FACE, TF1, TF2 = "huggingface", "tf1", "tf2"  # LoadedModel.kind
 

@@ -27,8 +27,8 @@ from typing import Any
 import numpy as np
 
 from electra_tf import names
-from electra_tf.interop.model_dir import shape_hparams
 from electra_tf.modeling.bert_config import BertConfig
+from electra_tf.reading.model_dir import shape_hparams
 
 CONFIG_FILE = "config.json"
 DISCRIMINATOR_DIR = "discriminator"  # the two folders of a pair, as ``hf_export`` writes them
