@@ -10,6 +10,8 @@ systems (``gs://`` ...) go through ``tf.io.gfile``.
     write_text(path, text); write_bytes(path, data); write_json(path, obj)
     with temp_path(path) as tmp: library_that_writes_a_file(tmp)   # e.g. safetensors, PNG
     with staged_dir(output_dir, overwrite) as stage: write files into stage
+    with scratch_dir(path) as tmp: write several files, then move them into place
+    remove_tree(path); move_aside(path)   # a folder gone whole; kept under another name
 """
 
 from __future__ import annotations
@@ -161,3 +163,43 @@ def staged_dir(output_dir: str) -> Iterator[str]:
     fs.rename(output_dir, old)
   fs.rename(stage, output_dir)
   remove_leftovers(output_dir)
+
+
+@contextlib.contextmanager
+def scratch_dir(path: str) -> Iterator[str]:
+  """Yields a fresh hidden folder beside ``path`` (local), named as ``path``'s temporaries are,
+  so one a killed writer left is removed by the next ``remove_leftovers(path)``; deleted when
+  the block ends. For writers that move several files into place themselves."""
+  stage = _temp_name(path)
+  os.makedirs(stage)
+  try:
+    yield stage
+  finally:
+    shutil.rmtree(stage, ignore_errors=True)
+
+
+def remove_tree(path: str) -> None:
+  """Deletes the folder ``path`` so that a kill leaves it whole or gone: it is renamed to a
+  hidden temporary sibling first, then deleted; the hidden folder of an earlier killed deletion
+  is removed too."""
+  if _remote(path):
+    if _gfile().exists(path):
+      _gfile().rmtree(path)
+    return
+  if os.path.isdir(path):
+    doomed = _temp_name(path)
+    os.rename(path, doomed)
+    shutil.rmtree(doomed, ignore_errors=True)
+  remove_leftovers(path)
+
+
+def move_aside(path: str, tag: str = "rejected") -> str:
+  """Renames the file or folder ``path`` to ``<path>.<tag>-<n>`` (the first free n), so what a
+  run will not use is kept for inspection, never deleted; returns the new name."""
+  fs = _gfile() if _remote(path) else None
+  exists = fs.exists if fs else os.path.lexists
+  base, n = path.rstrip("/"), 1
+  while exists(f"{base}.{tag}-{n}"):
+    n += 1
+  (fs.rename if fs else os.rename)(base, f"{base}.{tag}-{n}")
+  return f"{base}.{tag}-{n}"

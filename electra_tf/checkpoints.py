@@ -16,8 +16,6 @@ import dataclasses
 import json
 import os
 import re
-import shutil
-import tempfile
 from collections.abc import Iterable, Iterator, Mapping
 
 import numpy as np
@@ -191,18 +189,16 @@ def save_tf1_checkpoint(variables: Mapping[str, tf.Variable | np.ndarray], outpu
     var_list[key] = value
   var_list.setdefault(GLOBAL_STEP, tf.Variable(np.int64(global_step), dtype=tf.int64,
                                                trainable=False, name=GLOBAL_STEP))
-  tmp_dir = tempfile.mkdtemp(prefix=".tmp-tf1-", dir=output_dir)
-  try:
+  prefix = os.path.join(output_dir, name)
+  with atomic_io.scratch_dir(prefix) as tmp_dir:  # a killed save's folder: removed below
     saver = tf.compat.v1.train.Saver(var_list=var_list, save_relative_paths=True)
     saver.save(None, os.path.join(tmp_dir, name), write_meta_graph=False,
                             write_state=False)
-    prefix = os.path.join(output_dir, name)
     for fname in os.listdir(tmp_dir):
       os.replace(os.path.join(tmp_dir, fname), os.path.join(output_dir, fname))
     state = f'model_checkpoint_path: "{name}"\nall_model_checkpoint_paths: "{name}"\n'
     atomic_io.write_text(os.path.join(output_dir, "checkpoint"), state)
-  finally:
-    shutil.rmtree(tmp_dir, ignore_errors=True)
+  atomic_io.remove_leftovers(prefix)
   return prefix
 
 
