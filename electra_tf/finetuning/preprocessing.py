@@ -107,9 +107,6 @@ class Preprocessor:
   def cache_key(self, tasks: Sequence[Any], split: str, is_training: bool) -> dict[str, Any]:
     """Everything the records of ``split`` of ``tasks`` are made from (see the module doc)."""
     c = self.config
-    if self._vocab_fingerprint is None:
-      vocab = c.vocab_file
-      self._vocab_fingerprint = features.file_fingerprint(vocab) if os.path.isfile(vocab) else {}
     return {
         "format": CACHE_FORMAT,
         "split": split,
@@ -118,13 +115,30 @@ class Preprocessor:
         "cached_tasks": [t.name for t in tasks],
         "max_seq_length": c.max_seq_length,
         "do_lower_case": c.do_lower_case,
-        "vocab": self._vocab_fingerprint,
+        "vocab": self._vocab_key(),
         "seed": self.seed if is_training else None,
         "batch_size": c.train_batch_size if is_training else c.eval_batch_size,
         "source": self.source,
         "options": {t.name: task_options(t) for t in tasks},
         "files": source_fingerprints(tasks, split),
     }
+
+  def _vocab_key(self) -> dict[str, Any]:
+    if self._vocab_fingerprint is None:
+      vocab = self.config.vocab_file
+      self._vocab_fingerprint = features.file_fingerprint(vocab) if os.path.isfile(vocab) else {}
+    return self._vocab_fingerprint
+
+  def data_key(self) -> dict[str, Any]:
+    """What every split of the run's tasks is made from (train, dev and test): the raw files,
+    the vocabulary, the example source and each task's featurisation options; part of a
+    fine-tuning trial's settings."""
+    files: dict[str, Any] = {}
+    for task in self.tasks:
+      for split in ("train", *task.get_dev_splits(), *task.get_test_splits()):
+        files.update(source_fingerprints([task], split))
+    return {"files": files, "vocab": self._vocab_key(), "source": self.source,
+            "options": {t.name: task_options(t) for t in self.tasks}}
 
   def prepare(self, tasks: Sequence[Any], split: str, is_training: bool) -> tuple[str, int]:
     """(TFRecord path, number of records incl. padding), featurising unless cached."""

@@ -188,22 +188,24 @@ class ModelRunner:
 
   # ----- test-set outputs ---------------------------------------------------------------------
 
-  def write_test_outputs(self, trial: int, use_tfds: bool) -> None:
+  def write_test_outputs(self, trial: int, use_tfds: bool) -> list[str]:
     """Per task: its own ``write_predictions(predictions, out_dir)`` when it has one, once per
     test split (``predictions``: the head's output dict per record, in file order; ``out_dir``:
     the test_predictions folder; it returns the path written); else GLUE: official pickles
     (eid -> logits / prediction) and GLUE submission TSVs; SQuAD 2.0: prediction JSON with ""
-    for questions judged unanswerable."""
+    for questions judged unanswerable. Returns the paths written."""
     c = self.config
     test_dir = os.path.dirname(c.test_predictions("task", "test", trial))
+    written: list[str] = []
     for task in self.tasks:
       if callable(getattr(task, "write_predictions", None)):
         log(f"Writing test predictions for {task.name}")
         for split in task.get_test_splits():
           split_outputs = [r[task.name] for _, r in self.predict([task], split)]
-          log(f"  wrote {task.write_predictions(split_outputs, test_dir)}")
+          written.append(task.write_predictions(split_outputs, test_dir))
+          log(f"  wrote {written[-1]}")
       elif task.name in outputs.GLUE_TASKS:
-        self._write_glue(task, trial, use_tfds, test_dir)
+        written += self._write_glue(task, trial, use_tfds, test_dir)
       elif task.name == "squad":
         log("Writing SQuAD test predictions")
         predictions, null_odds = self.evaluate_task(task, "test").write_predictions()
@@ -211,23 +213,28 @@ class ModelRunner:
         # official: JSON written to the ".pkl" test_predictions path; ".json" here
         path = os.path.splitext(c.test_predictions(task.name, "test", trial))[0] + ".json"
         outputs.write_json(preds, path)
+        written.append(path)
         log(f"  wrote {path}")
       else:
         log(f"Skipping task {task.name} - writing predictions is not supported for this task")
+    return written
 
-  def _write_glue(self, task: Any, trial: int, use_tfds: bool, test_dir: str) -> None:
+  def _write_glue(self, task: Any, trial: int, use_tfds: bool, test_dir: str) -> list[str]:
+    written = []
     for split in task.get_test_splits():
       log(f"Writing test predictions for {task.name} {split}")
       preds = {}
       for _, result in self.predict([task], split):
         r = result[task.name]
         preds[int(r["eid"])] = r["logits"] if "logits" in r else r["predictions"]
-      outputs.write_pickle(preds, self.config.test_predictions(task.name, split, trial))
+      written.append(self.config.test_predictions(task.name, split, trial))
+      outputs.write_pickle(preds, written[-1])
       if (task.name, split) in outputs.GLUE_SUBMISSION_FILES:
         indices = None if use_tfds else glue_test_indices(task, split)
-        path = outputs.write_glue_submission(
-            task, split, preds, os.path.join(test_dir, f"glue_submission_{trial}"), indices)
-        log(f"  wrote {path}")
+        written.append(outputs.write_glue_submission(
+            task, split, preds, os.path.join(test_dir, f"glue_submission_{trial}"), indices))
+        log(f"  wrote {written[-1]}")
+    return written
 
 
 def glue_test_indices(task: Any, split: str) -> dict[int, str] | None:

@@ -1,24 +1,54 @@
 """The fine-tuning run (official ``run_finetuning.run_finetuning``): ``num_trials`` times train,
-evaluate on dev, write results and test outputs; the median over trials at the end."""
+evaluate on dev, write results and test outputs; the median over trials at the end.
+
+Finished work is kept, whatever stopped a run (a signal, SIGKILL, a crash, a power cut):
+
+- Trial ``t`` trains in ``<model_dir>_<t>``, whose ``trial_settings.json`` (written before its
+  first checkpoint) holds the settings it is trained with. A rerun with the same settings
+  resumes it from its newest readable checkpoint (seeded: as if it had never stopped).
+- A trial trained, evaluated and with its test outputs written is recorded in
+  ``<model_dir>_trials/trial_<t>.json`` (settings, dev results, the test-output files it
+  wrote), written whole, then named. The record outlives the trial's folder (which
+  ``keep_all_models`` false deletes); a rerun reports the recorded results, in trial order, and
+  does not train the trial again.
+- The settings (``TrialBook.settings``): the hparams that change what a trial computes, the
+  task data (``Preprocessor.data_key``: raw files, vocabulary, featurisation options), the
+  identity of ``init_checkpoint`` and the trial's seed. A folder or record made with other
+  settings is moved aside to ``<name>.rejected-<n>``, never deleted, with one line naming what
+  changed; its trial starts afresh.
+"""
 
 from __future__ import annotations
 
+import json
 import os
-import shutil
+import re
+from typing import Any
 
 import tensorflow as tf
 import tf_keras
 
-from electra_tf import checkpoints, training
+from electra_tf import atomic_io, checkpoints, training
 from electra_tf.config import FinetuningConfig
 from electra_tf.console import log
 from electra_tf.finetuning import outputs, registry
+from electra_tf.finetuning.features import key_changes
 from electra_tf.finetuning.preprocessing import Preprocessor, make_examples_fn
 from electra_tf.finetuning.runner import ModelRunner
 from electra_tf.reading import model_source
 from electra_tf.reading.model_dir import write_model_files
+from electra_tf.training import checkpointing
 
-INTERRUPTED = "INTERRUPTED"  # in a trial's model_dir: resume it instead of starting afresh
+SETTINGS_FILE = "trial_settings.json"  # in a trial's folder: the settings it is trained with
+SETTINGS_FORMAT = 1
+# hparams that do not change what a trial computes: where things are, how many trials, what is
+# kept or written, how often it logs and saves (a seeded resume is exact from any checkpoint)
+NOT_SETTINGS = frozenset({
+    "model_name", "data_dir", "vocab_file", "init_checkpoint", "model_dir", "results_txt",
+    "results_pkl", "preprocessed_data_dir", "raw_data_dir", "qa_eval_file", "qa_preds_file",
+    "qa_na_file", "test_predictions", "log_examples", "num_trials", "do_train", "do_eval",
+    "keep_all_models", "write_test_outputs", "n_writes_test", "use_tfrecords_if_existing",
+    "save_checkpoints_steps", "iterations_per_loop", "seed"})
 
 
 def heading(message: str) -> None:
@@ -41,20 +71,156 @@ def trial_seed(seed: int | None, trial: int) -> int | None:
   return None if seed is None else seed + trial - 1
 
 
-def prepare_trial_dir(config: FinetuningConfig, trial: int) -> tuple[str, str]:
-  """(the model_dir of trial ``trial``, its INTERRUPTED marker). Training resumes a trial a
-  signal stopped, else starts it afresh, with the model's shape and vocabulary written."""
-  model_dir = f"{config.model_dir}_{trial}"
-  interrupted = os.path.join(model_dir, INTERRUPTED)
-  if config.do_train and tf.io.gfile.exists(interrupted):  # stopped by a signal: resume it
-    tf.io.gfile.remove(interrupted)
-    log(f"Resuming trial {trial}, interrupted earlier, from {model_dir}")
-  elif config.do_train and tf.io.gfile.exists(model_dir):
-    tf.io.gfile.rmtree(model_dir)  # official rmkdir: every trial starts afresh
-  if config.do_train:  # the model's shape and vocabulary beside its checkpoints
-    for folder in (model_dir, os.path.join(model_dir, "tf1")):
-      write_model_files(folder, config, config.vocab_file)
-  return model_dir, interrupted
+def _read_json(path: str) -> Any:
+  """The JSON at ``path``; None when it is missing or does not parse."""
+  try:
+    with tf.io.gfile.GFile(path) as f:
+      return json.load(f)
+  except (tf.errors.OpError, ValueError):
+    return None
+
+
+class TrialBook:
+  """Where each trial's work is kept, and which of it a run may reuse (see the module doc).
+
+  Args:
+    config: the run's ``FinetuningConfig``.
+    preprocessor: gives the key of the run's data.
+  """
+
+  def __init__(self, config: FinetuningConfig, preprocessor: Preprocessor):
+    self.config = config
+    hparams = {k: v for k, v in config.to_dict().items() if k not in NOT_SETTINGS}
+    self._run = json.loads(json.dumps({
+        "format": SETTINGS_FORMAT, "hparams": hparams, "data": preprocessor.data_key(),
+        "init_checkpoint": model_source.fingerprint(config.init_checkpoint)}, sort_keys=True))
+
+  def settings(self, trial: int) -> dict[str, Any]:
+    return {**self._run, "seed": trial_seed(self.config.seed, trial)}
+
+  def trial_dir(self, trial: int) -> str:
+    return f"{self.config.model_dir}_{trial}"
+
+  def record_path(self, trial: int) -> str:
+    return os.path.join(f"{self.config.model_dir}_trials", f"trial_{trial}.json")
+
+  def _on_disk(self) -> list[int]:
+    """Trials with a folder or a record (those of this run's ``num_trials``)."""
+    found = set()
+    for folder, pattern in ((os.path.dirname(self.config.model_dir) or ".",
+                             re.escape(os.path.basename(self.config.model_dir)) + r"_(\d+)"),
+                            (f"{self.config.model_dir}_trials", r"trial_(\d+)\.json")):
+      names = [n.rstrip("/") for n in tf.io.gfile.listdir(folder)
+               ] if tf.io.gfile.isdir(folder) else []
+      found.update(int(m.group(1)) for m in map(re.compile(pattern).fullmatch, names) if m)
+    n = self.config.num_trials
+    return sorted(t for t in found if t >= 1 and (n < 0 or t <= n))
+
+  def _stored(self, trial: int) -> list[tuple[str, Any]]:
+    """(path, the settings it was made with; None: unknown) of the trial's record and folder,
+    where they exist (a folder without settings only when it holds a checkpoint)."""
+    stored = []
+    record = self.record_path(trial)
+    if tf.io.gfile.exists(record):
+      stored.append((record, (_read_json(record) or {}).get("settings")))
+    folder = self.trial_dir(trial)
+    settings = _read_json(os.path.join(folder, SETTINGS_FILE))
+    if settings is not None or checkpointing.complete_checkpoints(folder):
+      stored.append((folder, settings))
+    return stored
+
+  def reject_other_settings(self) -> None:
+    """Moves aside every trial folder and record made with other settings than this run's (and
+    the results files made from such records), with one line naming what changed."""
+    rejected, why = [], []
+    for trial in self._on_disk():
+      settings = self.settings(trial)
+      for path, stored in self._stored(trial):
+        if stored != settings:
+          why = why or ([c.removeprefix("hparams.") for c in key_changes(stored, settings)]
+                        if isinstance(stored, dict) else ["no settings recorded"])
+          rejected.append(path)
+    if any(path.endswith(".json") for path in rejected):  # records: their results go too
+      c = self.config
+      rejected += [p for p in (c.results_txt, c.results_pkl,
+                               os.path.splitext(c.results_txt)[0] + ".json")
+                   if tf.io.gfile.exists(p)]
+    if rejected:
+      moved = [f"{p} -> {os.path.basename(atomic_io.move_aside(p))}" for p in rejected]
+      log(f"Settings changed since the earlier run ({', '.join(why[:3])}); moved aside "
+          f"{', '.join(moved)}; those trials start afresh")
+
+  def finished(self, trial: int) -> dict[str, Any] | None:
+    """The trial's record when it holds everything this run would compute, else None."""
+    c, record = self.config, _read_json(self.record_path(trial))
+    if not isinstance(record, dict) or record.get("settings") != self.settings(trial):
+      return None
+    if c.do_eval and record.get("dev_results") is None:
+      return None
+    if c.do_eval and c.write_test_outputs and trial <= c.n_writes_test:
+      test_dir = self._test_dir(trial)
+      written = record.get("test_outputs")
+      if written is None or not all(os.path.isfile(os.path.join(test_dir, p)) for p in written):
+        return None
+    return record
+
+  def _test_dir(self, trial: int) -> str:
+    return os.path.dirname(self.config.test_predictions("task", "test", trial))
+
+  def record(self, trial: int, dev_results: dict | None, test_outputs: list[str] | None
+             ) -> dict[str, Any]:
+    """Records a finished trial (atomically); returns the record."""
+    test_dir = self._test_dir(trial)
+    record = {"trial": trial, "settings": self.settings(trial), "dev_results": dev_results,
+              "test_outputs": None if test_outputs is None else
+              [os.path.relpath(p, test_dir) for p in test_outputs]}
+    outputs.write_json(record, self.record_path(trial))
+    return record
+
+  def prepare_dir(self, trial: int) -> str:
+    """The trial's folder, to resume (its settings are this run's: the others were moved
+    aside) or to start afresh, with its settings, shape and vocabulary written."""
+    folder = self.trial_dir(trial)
+    atomic_io.remove_leftovers(folder)
+    if checkpointing.complete_checkpoints(folder):
+      log(f"Resuming trial {trial} from {folder}")
+    elif tf.io.gfile.exists(folder) and not tf.io.gfile.exists(
+        os.path.join(folder, SETTINGS_FILE)):
+      atomic_io.remove_tree(folder)  # no checkpoint, no settings: nothing to keep
+    tf.io.gfile.makedirs(folder)
+    atomic_io.write_json(os.path.join(folder, SETTINGS_FILE), self.settings(trial),
+                         indent=1, sort_keys=True)
+    for path in (folder, os.path.join(folder, "tf1")):  # shape and vocabulary beside it
+      write_model_files(path, self.config, self.config.vocab_file)
+    return folder
+
+  def remove_dir_unless_kept(self, trial: int) -> None:
+    """Deletes a finished trial's folder unless ``keep_all_models`` or it is the last trial
+    (official); a kill leaves it whole or gone."""
+    if not self.config.keep_all_models and trial != self.config.num_trials:
+      atomic_io.remove_tree(self.trial_dir(trial))
+
+
+def run_trial(book: TrialBook | None, runner: ModelRunner, trial: int, title: str,
+              use_tfds: bool) -> dict[str, Any]:
+  """Trains (``book`` set: ``do_train``) or restores a trial's model, evaluates it and writes
+  its test outputs; returns what it computed, as a record (recorded when ``book`` is set)."""
+  c = runner.config
+  if book is not None:
+    heading(f"Start training: {title}")
+    runner.train()
+  elif c.do_eval:
+    runner.restore()
+  dev_results = test_outputs = None
+  if c.do_eval:
+    heading(f"Run dev set evaluation: {title}")
+    dev_results = runner.evaluate()
+    if c.write_test_outputs and trial <= c.n_writes_test:
+      heading(f"Running on the test set and writing the predictions: {title}")
+      test_outputs = runner.write_test_outputs(trial, use_tfds)
+  if book is None:
+    return {"dev_results": dev_results}
+  return book.record(trial, dev_results, test_outputs)
 
 
 def run_finetuning(config: FinetuningConfig, strategy: tf.distribute.Strategy | None = None,
@@ -62,7 +228,8 @@ def run_finetuning(config: FinetuningConfig, strategy: tf.distribute.Strategy | 
                    ) -> list[dict[str, dict[str, float]]]:
   """Trains and evaluates ``num_trials`` models of a ``FinetuningConfig``; returns each trial's
   dev results ({task: {metric: value}}). ``strategy`` defaults to one device; ``use_tfds``
-  reads GLUE tasks from prepared TensorFlow Datasets in ``tfds_data_dir``."""
+  reads GLUE tasks from prepared TensorFlow Datasets in ``tfds_data_dir``. Trials recorded
+  by an earlier run with the same settings are reported, not trained again."""
   tasks = registry.build_tasks(config, use_tfds)  # bad names / folders fail before any output
   check_init_checkpoint(config)
   heading(f"Config: model={config.model_name}, trials={config.num_trials}")
@@ -75,35 +242,30 @@ def run_finetuning(config: FinetuningConfig, strategy: tf.distribute.Strategy | 
     for task in tasks:                     # not after training; the features are cached
       for split in task.get_dev_splits():
         preprocessor.prepare([task], split, is_training=False)
+  book = TrialBook(config, preprocessor) if config.do_train else None
+  if book is not None:
+    book.reject_other_settings()
   results: list[dict[str, dict[str, float]]] = []
   trial = 1
   while config.num_trials < 0 or trial <= config.num_trials:
     title = f"model={config.model_name}, trial {trial}/{config.num_trials}"
-    model_dir, interrupted = prepare_trial_dir(config, trial)
-    runner = ModelRunner(config, tasks, preprocessor, strategy, model_dir,
-                         trial_seed(config.seed, trial))
-    if config.do_train:
-      heading(f"Start training: {title}")
-      try:
-        runner.train()
-      except training.Interrupted:  # saved; the rerun continues this trial, not a fresh one
-        with tf.io.gfile.GFile(interrupted, "w") as f:
-          f.write("stopped by a signal; the next run resumes this trial\n")
-        raise
-    elif config.do_eval:
-      runner.restore()
+    record = book.finished(trial) if book is not None else None
+    if record is not None:
+      log(f"Trial {trial}/{config.num_trials} finished earlier: recorded in "
+          f"{book.record_path(trial)}; not training it again")
+    else:
+      model_dir = book.prepare_dir(trial) if book is not None else f"{config.model_dir}_{trial}"
+      runner = ModelRunner(config, tasks, preprocessor, strategy, model_dir,
+                           trial_seed(config.seed, trial))
+      record = run_trial(book, runner, trial, title, use_tfds)
+      del runner
+      tf_keras.backend.clear_session()
     if config.do_eval:
-      heading(f"Run dev set evaluation: {title}")
-      results.append(runner.evaluate())
+      results.append(record["dev_results"])
       json_path = outputs.write_results(results, config.results_txt, config.results_pkl)
       log(f"Wrote {config.results_txt}, {config.results_pkl}, {json_path}")
-      if config.write_test_outputs and trial <= config.n_writes_test:
-        heading(f"Running on the test set and writing the predictions: {title}")
-        runner.write_test_outputs(trial, use_tfds)
-    if trial != config.num_trials and not config.keep_all_models:
-      shutil.rmtree(model_dir, ignore_errors=True)
-    del runner
-    tf_keras.backend.clear_session()
+    if book is not None:
+      book.remove_dir_unless_kept(trial)
     trial += 1
   if len(results) > 1:
     for task, metrics in outputs.median_results(results).items():

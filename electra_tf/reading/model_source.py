@@ -18,6 +18,7 @@ a one-line error, see ``model_dir.merge_hparams``).
 from __future__ import annotations
 
 import dataclasses
+import hashlib
 import os
 from collections.abc import Callable, Mapping
 from typing import Any
@@ -94,6 +95,26 @@ def load_model(path: str, generator: str | None = None) -> LoadedModel:
     return LoadedModel(path, HUGGING_FACE, path, hf_import.import_hf(path, generator))
   prefix = checkpoints.resolve_checkpoint(path)
   return LoadedModel(path, TF1 if checkpoints.is_tf1_checkpoint(prefix) else TF2, prefix)
+
+
+def fingerprint(path: str | None) -> dict[str, str] | None:
+  """What identifies the weights at a model path, to key work made from them (None: no path):
+  the SHA-256 of a checkpoint's index file (it holds every tensor's checksum), or of every
+  file of a Hugging Face folder."""
+  if not path:
+    return None
+  digest = hashlib.sha256()
+  if is_hf(path):
+    for folder, _, names in sorted(os.walk(path)):
+      for name in sorted(names):
+        digest.update(os.path.relpath(os.path.join(folder, name), path).encode() + b"\0")
+        with open(os.path.join(folder, name), "rb") as f:
+          for block in iter(lambda: f.read(1 << 20), b""):
+            digest.update(block)
+    return {"kind": HUGGING_FACE, "sha256": digest.hexdigest()}
+  with tf.io.gfile.GFile(checkpoints.resolve_checkpoint(path) + ".index", "rb") as f:
+    digest.update(f.read())
+  return {"kind": "checkpoint", "sha256": digest.hexdigest()}
 
 
 def assign_tf1_names(model: LoadedModel, variables: Mapping[str, tf.Variable],
