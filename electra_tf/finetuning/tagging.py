@@ -3,7 +3,8 @@
 Raw files: ``<raw_data_dir>/{train,dev,test}.txt``, one ``word ... tag`` line per word, blank
 lines between sentences, ``-DOCSTART-`` lines ignored. Chunk tags are converted to BIOES; the
 label mapping is the sorted set of BIOES tags over every split present (cached as JSON).
-Each word is labelled at its first word piece; ``segment_ids`` is 1 for every real token.
+Each word is labelled at its first word piece (``tokenize_and_align``, the official word-level
+tokenisation of the tagging tasks); ``segment_ids`` is 1 for every real token.
 """
 
 from __future__ import annotations
@@ -11,6 +12,7 @@ from __future__ import annotations
 import dataclasses
 import json
 import os
+import unicodedata
 from collections.abc import Sequence
 from typing import Any
 
@@ -19,11 +21,57 @@ from electra_tf.finetuning.features import FeatureSpec
 from electra_tf.finetuning.scorers import get_span_labels, get_tags
 from electra_tf.finetuning.task_base import Task, data_error
 from electra_tf.finetuning.task_heads import TaggingHead
-from electra_tf.finetuning.wordpiece import tokenize_and_align
+from electra_tf.tokenization import clean_text, is_punctuation
 
 LABEL_ENCODING = "BIOES"
 _SPLITS = ("train", "dev", "test")
 _DEBUG_MAX_SENTENCES = 100
+
+
+# ----- word-aligned WordPieces (official ``tokenize_and_align``) -----------------------------
+
+SPECIAL_WORDS = ("[CLS]", "[SEP]")
+
+
+def strip_accents(text: str) -> str:
+  """NFD, then drop combining marks (category Mn)."""
+  return "".join(c for c in unicodedata.normalize("NFD", text) if unicodedata.category(c) != "Mn")
+
+
+def split_on_punctuation(text: str) -> list[str]:
+  """Every punctuation character becomes its own piece; other runs stay together."""
+  pieces: list[str] = []
+  start_new = True
+  for ch in text:
+    if is_punctuation(ch):
+      pieces.append(ch)
+      start_new = True
+    else:
+      if start_new:
+        pieces.append("")
+        start_new = False
+      pieces[-1] += ch
+  return pieces
+
+
+def tokenize_and_align(tokenizer, words: Sequence[str], cased: bool = False) -> list[list[str]]:
+  """WordPieces of ``[CLS] + words + [SEP]``, one list per word (official tagging alignment).
+
+  Unlike ``tokenizer.tokenize`` this never splits a word on whitespace or around CJK
+  characters, and lower-cases / strips accents unless ``cased`` (whatever the tokenizer's
+  ``do_lower_case``), exactly as the official ``tagging_tasks.tokenize_and_align``.
+  """
+  aligned = []
+  for word in ["[CLS]", *words, "[SEP]"]:
+    word = clean_text(word)
+    if word in SPECIAL_WORDS:
+      pieces = [word]
+    else:
+      if not cased:
+        word = strip_accents(word.lower())
+      pieces = split_on_punctuation(word)
+    aligned.append([wp for piece in pieces for wp in tokenizer.wordpiece_tokenizer.tokenize(piece)])
+  return aligned
 
 
 @dataclasses.dataclass
