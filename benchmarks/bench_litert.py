@@ -233,6 +233,55 @@ def keras_hub_check(export: str, inputs: dict[str, np.ndarray], texts: list[str]
         f"tokenizer ids equal FullTokenizer's on {same}/{n}")
 
 
+def load_models(export: str, spec: dict) -> tuple[dict[str, object], dict[str, str]]:
+  """The SavedModel and the ``--variants`` converted to LiteRT: (models, their files)."""
+  models = {"savedmodel": SavedModelClassify(os.path.join(export, "saved_model"))}
+  files = {"savedmodel": os.path.join(export, "saved_model")}
+  for variant in FLAGS.variants:
+    if variant in spec["variants"]:
+      files[variant] = os.path.join(export, "litert", spec["variants"][variant])
+      models[variant] = LiteRTClassify(files[variant], FLAGS.threads)
+  return models, files
+
+
+def score(models: dict[str, object], inputs: dict[str, np.ndarray], labels: np.ndarray
+          ) -> dict[str, dict[str, float]]:
+  """Per model: dev accuracy, agreement with the SavedModel's labels, max logit difference."""
+  reference = all_logits(models["savedmodel"], inputs, 64)
+  results = {}
+  for name, model in models.items():
+    logits = reference if name == "savedmodel" else all_logits(model, inputs, 1)
+    predictions = logits.argmax(-1)
+    results[name] = {
+        "accuracy": 100.0 * float(np.mean(predictions == labels)),
+        "agreement": 100.0 * float(np.mean(predictions == reference.argmax(-1))),
+        "diff": float(np.abs(logits - reference).max()),
+    }
+  return results
+
+
+def file_size(path: str) -> int:
+  """Bytes of a file, or of every file under a folder."""
+  if os.path.isdir(path):
+    return sum(os.path.getsize(os.path.join(d, f)) for d, _, fs in os.walk(path) for f in fs)
+  return os.path.getsize(path)
+
+
+def print_table(results: dict[str, dict[str, float]], times: dict[str, np.ndarray],
+                files: dict[str, str], n_dev: int) -> None:
+  print(f"\nSST-2 dev ({n_dev} sentences), {FLAGS.layers}-layer ELECTRA-Small shapes, "
+        f"sequence {FLAGS.max_seq_length}, {FLAGS.threads} thread(s), "
+        f"{FLAGS.latency_calls} interleaved batch-1 calls each")
+  print(f"{'variant':<12}{'size MB':>9}{'dev acc %':>11}{'agree %':>9}{'max|dlogit|':>13}"
+        f"{'p50 ms':>9}{'p95 ms':>9}")
+  for name, r in results.items():
+    t = times[name] * 1e3
+    print(f"{name:<12}{file_size(files[name]) / 1e6:>9.2f}{r['accuracy']:>11.2f}"
+          f"{r['agreement']:>9.2f}{r['diff']:>13.2e}{np.percentile(t, 50):>9.2f}"
+          f"{np.percentile(t, 95):>9.2f}")
+  print("(savedmodel size: the whole saved_model/ folder, raw-text signature included)")
+
+
 def main(argv) -> None:
   del argv
   import tensorflow as tf
@@ -250,41 +299,10 @@ def main(argv) -> None:
   for variant, why in spec["failed"].items():
     print(f"litert {variant}: not converted ({why})")
   inputs, labels, texts = dev_features(root)
-
-  models = {"savedmodel": SavedModelClassify(os.path.join(export, "saved_model"))}
-  files = {"savedmodel": os.path.join(export, "saved_model")}
-  for variant in FLAGS.variants:
-    if variant in spec["variants"]:
-      files[variant] = os.path.join(export, "litert", spec["variants"][variant])
-      models[variant] = LiteRTClassify(files[variant], FLAGS.threads)
-  reference = all_logits(models["savedmodel"], inputs, 64)
-  results = {}
-  for name, model in models.items():
-    logits = reference if name == "savedmodel" else all_logits(model, inputs, 1)
-    predictions = logits.argmax(-1)
-    results[name] = {
-        "accuracy": 100.0 * float(np.mean(predictions == labels)),
-        "agreement": 100.0 * float(np.mean(predictions == reference.argmax(-1))),
-        "diff": float(np.abs(logits - reference).max()),
-    }
+  models, files = load_models(export, spec)
+  results = score(models, inputs, labels)
   times = latencies(models, inputs, FLAGS.latency_calls)
-
-  def size(name: str) -> int:
-    path = files[name]
-    if os.path.isdir(path):
-      return sum(os.path.getsize(os.path.join(d, f)) for d, _, fs in os.walk(path) for f in fs)
-    return os.path.getsize(path)
-
-  print(f"\nSST-2 dev ({len(labels)} sentences), {FLAGS.layers}-layer ELECTRA-Small shapes, "
-        f"sequence {FLAGS.max_seq_length}, {FLAGS.threads} thread(s), "
-        f"{FLAGS.latency_calls} interleaved batch-1 calls each")
-  print(f"{'variant':<12}{'size MB':>9}{'dev acc %':>11}{'agree %':>9}{'max|dlogit|':>13}"
-        f"{'p50 ms':>9}{'p95 ms':>9}")
-  for name, r in results.items():
-    t = times[name] * 1e3
-    print(f"{name:<12}{size(name) / 1e6:>9.2f}{r['accuracy']:>11.2f}{r['agreement']:>9.2f}"
-          f"{r['diff']:>13.2e}{np.percentile(t, 50):>9.2f}{np.percentile(t, 95):>9.2f}")
-  print("(savedmodel size: the whole saved_model/ folder, raw-text signature included)")
+  print_table(results, times, files, len(labels))
 
   keras_hub_check(export, inputs, texts)
   if importlib.util.find_spec("torch") is None:
@@ -295,7 +313,7 @@ def main(argv) -> None:
   print(f"load average at end: {', '.join(f'{x:.1f}' for x in os.getloadavg())}")
   if "int8" in results and "float32" in results:
     drop = results["float32"]["accuracy"] - results["int8"]["accuracy"]
-    ratio = size("int8") / size("float32")
+    ratio = file_size(files["int8"]) / file_size(files["float32"])
     latency = np.percentile(times["int8"], 50) / np.percentile(times["savedmodel"], 50)
     print(f"litert int8: accuracy drop {drop:.2f} pts, size {ratio:.2f}x, "
           f"latency {latency:.2f}x savedmodel")

@@ -262,17 +262,8 @@ def peak_rss_gib(name: str) -> float:
   return int(lines[-1].split()[1]) / 2**20  # kB
 
 
-def main(argv) -> None:
-  del argv
-  # Once: a new global seed makes every tf.function retrace (and re-optimise) on its next call.
-  training.set_seed(1)
-  batch = real_batch(FLAGS.batch_size, FLAGS.seq_length)
-  print(f"ELECTRA-Small shapes, {FLAGS.num_layers} layers, batch {FLAGS.batch_size} x "
-        f"{FLAGS.seq_length}, {FLAGS.steps} steps x {FLAGS.repeats} interleaved repetitions, "
-        f"TF {tf.__version__}, {os.cpu_count()} CPUs", flush=True)
-  note = hardware.low_precision_note("bfloat16")
-  if note and any(name.endswith("bf16") for name in FLAGS.variants):
-    print(note, flush=True)
+def build_runners(batch: dict[str, np.ndarray]) -> list[Runner]:
+  """The ``--variants``, built and warmed up in order, each with one line."""
   builders = {
       "ours": lambda: build_ours("ours", batch, False, None),
       "ours_xla": lambda: build_ours("ours_xla", batch, True, None),
@@ -293,10 +284,11 @@ def main(argv) -> None:
     print(f"{name}: built in {time.perf_counter() - start - warm:.1f}s, first step (trace + "
           f"compile) {warm:.1f}s", flush=True)
     runners.append(runner)
-  for _ in range(FLAGS.repeats):
-    for runner in runners:
-      runner.timed(FLAGS.steps)
-  medians = {r.name: statistics.median(r.rates) for r in runners}
+  return runners
+
+
+def print_rates(runners: list[Runner], medians: dict[str, float]) -> None:
+  """Median examples/s and MFU of each variant."""
   # MFU: the model's train FLOPs (electra_tf.pretraining.flops, the same for every variant: same
   # shapes)
   # over this CPU's estimated peak for the variant's precision (electra_tf.training.hardware).
@@ -309,6 +301,10 @@ def main(argv) -> None:
     print(f"{r.name:10s} {medians[r.name]:8.2f} examples/s  MFU "
           f"{100 * medians[r.name] * per_example / peak:4.1f}% of {peak / 1e9:.0f} GFLOP/s  "
           f"(repetitions: {', '.join(f'{x:.2f}' for x in r.rates)})")
+
+
+def print_ratios(medians: dict[str, float]) -> None:
+  """Peak memory (``--memory``) and the speed ratios between variants."""
   if FLAGS.memory:
     rss = {name: peak_rss_gib(name) for name in FLAGS.variants}
     print("peak RSS, each variant alone: " + ", ".join(f"{n} {g:.2f} GiB" for n, g in rss.items()))
@@ -326,6 +322,26 @@ def main(argv) -> None:
         print(f"{name} / tfm = {medians[name] / medians['tfm']:.2f}x")
     if "ours" in medians:
       print(f"ours / tfm = {medians['ours'] / medians['tfm']:.2f}x")
+
+
+def main(argv) -> None:
+  del argv
+  # Once: a new global seed makes every tf.function retrace (and re-optimise) on its next call.
+  training.set_seed(1)
+  batch = real_batch(FLAGS.batch_size, FLAGS.seq_length)
+  print(f"ELECTRA-Small shapes, {FLAGS.num_layers} layers, batch {FLAGS.batch_size} x "
+        f"{FLAGS.seq_length}, {FLAGS.steps} steps x {FLAGS.repeats} interleaved repetitions, "
+        f"TF {tf.__version__}, {os.cpu_count()} CPUs", flush=True)
+  note = hardware.low_precision_note("bfloat16")
+  if note and any(name.endswith("bf16") for name in FLAGS.variants):
+    print(note, flush=True)
+  runners = build_runners(batch)
+  for _ in range(FLAGS.repeats):
+    for runner in runners:
+      runner.timed(FLAGS.steps)
+  medians = {r.name: statistics.median(r.rates) for r in runners}
+  print_rates(runners, medians)
+  print_ratios(medians)
   if FLAGS.report_peak_rss:
     with open("/proc/self/status", encoding="ascii") as f:
       print(next(line.strip() for line in f if line.startswith("VmHWM:")))

@@ -47,7 +47,7 @@ def first_batch(start: Callable[[], tf.data.Iterator]) -> tuple[float, np.ndarra
   return time.perf_counter() - t, batch["input_ids"].numpy()
 
 
-def main() -> None:
+def parse_args() -> argparse.Namespace:
   p = argparse.ArgumentParser(description=__doc__)
   p.add_argument("--data_dir", default=str(pathlib.Path(__file__).resolve().parents[2]
                                            / "shared" / "data"))
@@ -58,34 +58,87 @@ def main() -> None:
   p.add_argument("--skip_steps", default="100,1000,10000", help="comma-separated skip sizes")
   p.add_argument("--repeats", type=int, default=3)
   p.add_argument("--resume_steps", type=int, default=100_000)
-  args = p.parse_args()
-  sizes = sorted({int(s) for s in args.skip_steps.split(",")})
+  return p.parse_args()
+
+
+def build_records(args: argparse.Namespace, tmp: str) -> list[str]:
+  """Pre-training TFRecords of wikitext-2 test text in ``tmp``; returns the files."""
   vocab = args.vocab_file or str(pathlib.Path(args.data_dir).parent / "reference" / "vocab.txt")
+  corpus = pathlib.Path(tmp, "corpus")
+  corpus.mkdir()
+  with open(pathlib.Path(args.data_dir, "wikitext2", "wiki.test.raw"), encoding="utf-8") as f:
+    (corpus / "wiki.txt").write_text(f.read(int(args.max_mb * 2**20)), encoding="utf-8")
+  out = pathlib.Path(tmp, "records")
+  bpd.build(bpd.BuildArgs(corpus_dir=str(corpus), vocab_file=vocab, output_dir=str(out),
+                          max_seq_length=args.max_seq_length, num_out_files=4, seed=1))
+  return sorted(str(f) for f in out.iterdir())
+
+
+def save_states(pipeline: Callable[[int], tf.data.Dataset], sizes: list[int], tmp: str
+                ) -> tuple[dict[int, str], dict[int, int], dict[int, float]]:
+  """The input states a run saves beside ``ckpt-s`` for each skip size s (untimed): their
+  paths, sizes in bytes and write seconds."""
+  states, state_bytes, write_seconds, consumed = {}, {}, {}, 0
+  it = iter(pipeline(0))
+  for s in sizes:
+    for _ in range(s - consumed):
+      next(it)
+    consumed = s
+    t = time.perf_counter()
+    states[s] = tf.train.Checkpoint(input=it).write(os.path.join(tmp, f"state-{s}", "state"))
+    write_seconds[s] = time.perf_counter() - t
+    state_bytes[s] = sum(f.stat().st_size for f in pathlib.Path(tmp, f"state-{s}").iterdir())
+  return states, state_bytes, write_seconds
+
+
+def time_ways(ways: dict[str, Callable], sizes: list[int], repeats: int
+              ) -> dict[tuple[str, int], float]:
+  """Best seconds to the first batch per (way, skip size), the ways alternating after an
+  untimed warm-up; exits when the two ways give different batches."""
+  for way in ways.values():  # warm-up: graph building, file cache
+    first_batch(way(sizes[0]))
+  best = {(name, s): float("inf") for name in ways for s in sizes}
+  batches = {}
+  for _ in range(repeats):
+    for s in sizes:
+      for name, way in ways.items():
+        seconds, batches[name, s] = first_batch(way(s))
+        best[name, s] = min(best[name, s], seconds)
+  for s in sizes:
+    if not np.array_equal(batches["old", s], batches["new", s]):
+      sys.exit(f"the two ways give different batches after skipping {s} steps")
+  return best
+
+
+def print_report(args: argparse.Namespace, sizes: list[int], best: dict[tuple[str, int], float],
+                 state_bytes: dict[int, int], write_seconds: dict[int, float]) -> None:
+  for s in sizes:
+    skipped = s * args.batch_size
+    print(f"skip {s} steps ({skipped} examples): " + "; ".join(
+        f"{name} {best[name, s]:.2f} s to the first batch = {skipped / best[name, s]:,.0f} "
+        f"examples/s skipped" for name in ("old", "new"))
+        + f"; saved input state {state_bytes[s] / 2**20:.2f} MiB, written in "
+        f"{write_seconds[s] * 1000:.0f} ms")
+  s = sizes[-1]
+  rate_old = s * args.batch_size / best["old", s]
+  print(f"old: a resume at step {args.resume_steps} (batch {args.batch_size}) would spend "
+        f"about {args.resume_steps * args.batch_size / rate_old:,.0f} s skipping; new: about "
+        f"{best['new', s]:.2f} s whatever the step")
+  print(f"resume skip at {s} steps: new {s * args.batch_size / best['new', s]:,.0f} ex/s vs "
+        f"old {rate_old:,.0f} ex/s: {best['old', s] / best['new', s]:.1f}x")
+
+
+def main() -> None:
+  args = parse_args()
+  sizes = sorted({int(s) for s in args.skip_steps.split(",")})
   with tempfile.TemporaryDirectory() as tmp:
-    corpus = pathlib.Path(tmp, "corpus")
-    corpus.mkdir()
-    with open(pathlib.Path(args.data_dir, "wikitext2", "wiki.test.raw"), encoding="utf-8") as f:
-      (corpus / "wiki.txt").write_text(f.read(int(args.max_mb * 2**20)), encoding="utf-8")
-    out = pathlib.Path(tmp, "records")
-    bpd.build(bpd.BuildArgs(corpus_dir=str(corpus), vocab_file=vocab, output_dir=str(out),
-                            max_seq_length=args.max_seq_length, num_out_files=4, seed=1))
-    files = sorted(str(f) for f in out.iterdir())
+    files = build_records(args, tmp)
     n = sum(1 for _ in tf.data.TFRecordDataset(files))
     print(f"{n} examples of length {args.max_seq_length} in {len(files)} files; batch "
           f"{args.batch_size}; skip sizes {sizes} steps")
     pipeline = lambda skip: data.pretraining_dataset(files, args.batch_size, args.max_seq_length,
                                                      seed=SEED, skip_steps=skip)
-    states, state_bytes, write_seconds, consumed = {}, {}, {}, 0
-    it = iter(pipeline(0))
-    for s in sizes:  # the states a run saves beside ckpt-s (untimed)
-      for _ in range(s - consumed):
-        next(it)
-      consumed = s
-      t = time.perf_counter()
-      states[s] = tf.train.Checkpoint(input=it).write(os.path.join(tmp, f"state-{s}", "state"))
-      write_seconds[s] = time.perf_counter() - t
-      state_bytes[s] = sum(f.stat().st_size for f in pathlib.Path(tmp, f"state-{s}").iterdir())
-    del it
+    states, state_bytes, write_seconds = save_states(pipeline, sizes, tmp)
 
     def restored(s):
       it = iter(pipeline(0))
@@ -93,32 +146,8 @@ def main() -> None:
       return it
 
     ways = {"old": lambda s: (lambda: iter(pipeline(s))), "new": lambda s: (lambda: restored(s))}
-    for way in ways.values():  # warm-up: graph building, file cache
-      first_batch(way(sizes[0]))
-    best = {(name, s): float("inf") for name in ways for s in sizes}
-    batches = {}
-    for _ in range(args.repeats):
-      for s in sizes:
-        for name, way in ways.items():
-          seconds, batches[name, s] = first_batch(way(s))
-          best[name, s] = min(best[name, s], seconds)
-    for s in sizes:
-      if not np.array_equal(batches["old", s], batches["new", s]):
-        sys.exit(f"the two ways give different batches after skipping {s} steps")
-    for s in sizes:
-      skipped = s * args.batch_size
-      print(f"skip {s} steps ({skipped} examples): " + "; ".join(
-          f"{name} {best[name, s]:.2f} s to the first batch = {skipped / best[name, s]:,.0f} "
-          f"examples/s skipped" for name in ways)
-          + f"; saved input state {state_bytes[s] / 2**20:.2f} MiB, written in "
-          f"{write_seconds[s] * 1000:.0f} ms")
-    s = sizes[-1]
-    rate_old = s * args.batch_size / best["old", s]
-    print(f"old: a resume at step {args.resume_steps} (batch {args.batch_size}) would spend "
-          f"about {args.resume_steps * args.batch_size / rate_old:,.0f} s skipping; new: about "
-          f"{best['new', s]:.2f} s whatever the step")
-    print(f"resume skip at {s} steps: new {s * args.batch_size / best['new', s]:,.0f} ex/s vs "
-          f"old {rate_old:,.0f} ex/s: {best['old', s] / best['new', s]:.1f}x")
+    best = time_ways(ways, sizes, args.repeats)
+    print_report(args, sizes, best, state_bytes, write_seconds)
 
 
 if __name__ == "__main__":
