@@ -169,13 +169,14 @@ class TrialBook:
 
   def record(self, trial: int, dev_results: dict | None, test_outputs: list[str] | None
              ) -> dict[str, Any]:
-    """Records a finished trial (atomically); returns the record."""
+    """Records a finished trial (atomically); returns the record as a rerun reads it (so the
+    results files hold the same values whether a trial ran now or earlier)."""
     test_dir = self._test_dir(trial)
     record = {"trial": trial, "settings": self.settings(trial), "dev_results": dev_results,
               "test_outputs": None if test_outputs is None else
               [os.path.relpath(p, test_dir) for p in test_outputs]}
     outputs.write_json(record, self.record_path(trial))
-    return record
+    return json.loads(json.dumps(record))
 
   def prepare_dir(self, trial: int) -> str:
     """The trial's folder, to resume (its settings are this run's: the others were moved
