@@ -32,6 +32,7 @@ One command, the whole experiment (defaults: about an hour on 2 CPU cores; docs/
 from __future__ import annotations
 
 import argparse
+import hashlib
 import json
 import os
 import random
@@ -350,11 +351,90 @@ def plot(summary: dict[int, dict[str, tuple[float, float]]], starts: Sequence[st
   plt.close(fig)
 
 
-# ---------------------------------------------------------------- main
+# ---------------------------------------------------------------- what a rerun may reuse
 
-def main(argv: Sequence[str] | None = None) -> None:
+# Every artefact of --out_dir is keyed by the settings that made it: the corpus (and the
+# vocabulary and TFRecords made from it) in corpus_key.json, each pre-trained model in its
+# folder's transfer_run.json, each fine-tuning run in its transfer_done.json. A rerun reuses
+# an artefact whose key matches, refuses one line's worth when a corpus or a model was made
+# with other settings, and runs a fine-tuning run again when any of its inputs changed.
+CORPUS_FLAGS = ("sentences_per_doc", "max_sentences", "no_wikitext", "vocab_size",
+                "vocab_min_count", "seq_len")
+NOT_MODEL_SETTINGS = ("iterations_per_loop", "num_eval_steps")  # logging and evaluation only
+
+
+def file_sha256(path: str) -> str:
+  digest = hashlib.sha256()
+  with open(path, "rb") as f:
+    for block in iter(lambda: f.read(1 << 20), b""):
+      digest.update(block)
+  return digest.hexdigest()
+
+
+def read_json(path: str) -> Any:
+  """The JSON at ``path``; None when it is missing or does not parse."""
+  try:
+    with open(path, encoding="utf-8") as f:
+      return json.load(f)
+  except (OSError, ValueError):
+    return None
+
+
+def write_json(path: str, obj: Any, **dumps_kwargs: Any) -> None:
+  from electra_tf import atomic_io
+
+  os.makedirs(os.path.dirname(path), exist_ok=True)
+  atomic_io.write_json(path, obj, **dumps_kwargs)
+
+
+def corpus_key(args: argparse.Namespace, sst_dir: str) -> dict[str, Any]:
+  """What the corpus, vocabulary and TFRecords are made from: their flags and the source
+  files' hashes."""
+  sources = [os.path.join(sst_dir, "train.tsv")]
+  if not args.no_wikitext:
+    sources.append(os.path.join(args.data_dir, "wikitext2", "wiki.test.raw"))
+  return json.loads(json.dumps({**{k: getattr(args, k) for k in CORPUS_FLAGS}, "sources": {
+      os.path.basename(path): file_sha256(path) for path in sources}}))
+
+
+def refuse_other(path: str, stored: Any, key: dict[str, Any], made: str) -> None:
+  """Exits with one line when ``stored`` (the key ``path`` was made with) is not ``key``."""
+  if stored == key:
+    return
+  if isinstance(stored, dict):
+    from electra_tf import console
+
+    console.quiet([])  # before TensorFlow loads: no C++ / absl log lines on this console
+    from electra_tf.finetuning.features import key_changes
+
+    why = ", ".join(c.removeprefix("hparams.") for c in key_changes(stored, key)[:3])
+  else:
+    why = "no settings recorded: made by an older transfer.py"
+  sys.exit(f"transfer: {path} was {made} with other settings ({why}); use another --out_dir "
+           "(or move that folder away)")
+
+
+def claim_out_dir(args: argparse.Namespace, out: str, sst_dir: str) -> dict[str, Any]:
+  """The corpus key; refuses an --out_dir whose corpus (or models) other settings made."""
+  key, path = corpus_key(args, sst_dir), os.path.join(out, "corpus_key.json")
+  stored = read_json(path)
+  if stored is None and not os.path.isdir(os.path.join(out, "models")):
+    write_json(path, key, indent=1)
+    return key
+  refuse_other(out, stored, key, "prepared")
+  return key
+
+
+def model_key(corpus: dict[str, Any], hparams: dict[str, Any]) -> dict[str, Any]:
+  return json.loads(json.dumps({"corpus": corpus, "hparams": {
+      k: v for k, v in hparams.items() if k not in NOT_MODEL_SETTINGS}}))
+
+
+# ---------------------------------------------------------------- steps
+
+def checked_args(argv: Sequence[str] | None) -> tuple[argparse.Namespace, list[str], list[int]]:
+  """(args, starts, budgets, largest first); exits with one line on a bad flag."""
   args = parse_args(argv)
-  t0 = time.time()
   starts = [s.strip() for s in args.starts.split(",") if s.strip()]
   if not starts or any(s not in STARTS for s in starts):
     sys.exit(f"transfer: --starts {args.starts!r}: choose from {','.join(STARTS)}")
@@ -366,18 +446,17 @@ def main(argv: Sequence[str] | None = None) -> None:
     sys.exit(f"transfer: --budgets {args.budgets!r}: expected positive integers")
   if args.seeds < 1 or args.electra_steps < 1:
     sys.exit("transfer: --seeds and --electra_steps must be at least 1")
-  out = os.path.abspath(args.out_dir)
   sst_dir = os.path.join(args.data_dir, "glue", "SST-2")
   for need in (os.path.join(sst_dir, "train.tsv"), os.path.join(sst_dir, "dev.tsv"),
                os.path.join(args.data_dir, "wikitext2", "wiki.test.raw")):
     if not os.path.isfile(need) and not (args.no_wikitext and "wikitext2" in need):
       sys.exit(f"transfer: {need} not found (set --data_dir or DATA_DIR)")
-  os.makedirs(out, exist_ok=True)
-  run = Runner(out)
-  record: dict[str, Any] = {"args": vars(args), "timings_s": {}}
+  return args, starts, budgets
 
-  # 1-2. corpus, vocabulary, TFRecords
-  train = read_sst(os.path.join(sst_dir, "train.tsv"))
+
+def prepare_corpus(args: argparse.Namespace, out: str, train: list[tuple[str, str]],
+                   run: Runner, record: dict[str, Any]) -> tuple[str, int]:
+  """Steps 1-2: corpus, vocabulary, TFRecords; returns (vocab file, vocabulary size)."""
   sentences, _ = sentences_of([text for text, _ in train])
   record["corpus"] = write_corpus(args, sentences, os.path.join(out, "corpus"))
   vocab_file = os.path.join(out, "vocab.txt")
@@ -395,116 +474,187 @@ def main(argv: Sequence[str] | None = None) -> None:
   print(f"corpus: {record['corpus']['sst2_sentences']} SST-2 train sentences, "
         f"{record['corpus'].get('wikitext_articles', 0)} wikitext-2 articles; "
         f"vocabulary {vocab_size} WordPieces", flush=True)
+  return vocab_file, vocab_size
 
-  # 3. pre-training at equal FLOPs
+
+def pretraining_steps(args: argparse.Namespace, vocab_size: int
+                      ) -> tuple[dict[str, int], dict[str, float]]:
+  """(steps, FLOPs per sequence) of each objective: masked LM gets ELECTRA's FLOPs."""
   per_example = {
       "electra": flops_per_example(pretraining_hparams(args, vocab_size, True, 1)),
       "mlm": flops_per_example(pretraining_hparams(args, vocab_size, False, 1))}
   steps = {"electra": args.electra_steps,
            "mlm": args.mlm_steps or max(1, round(args.electra_steps * per_example["electra"]
                                                  / per_example["mlm"]))}
-  record["pretraining"] = {}
-  for name in ("electra", "mlm"):
-    if name not in starts:
-      continue
-    total = steps[name] * args.batch * per_example[name]
-    print(f"pre-training {name}: {steps[name]} steps of {args.batch} x {args.seq_len} tokens, "
-          f"{per_example[name] / 1e9:.3f} GFLOPs per sequence, {total / 1e15:.4f} PFLOPs in all",
-          flush=True)
-    hparams = pretraining_hparams(args, vocab_size, name == "electra", steps[name])
+  return steps, per_example
+
+
+def pretrain(args: argparse.Namespace, out: str, name: str, steps: int, per_example: float,
+             vocab_size: int, corpus: dict[str, Any], run: Runner) -> dict[str, Any]:
+  """Step 3 for one objective: pre-training and its evaluation run, unless a finished run of
+  the same settings is in models/<name> (refused: another one); returns its record."""
+  total = steps * args.batch * per_example
+  print(f"pre-training {name}: {steps} steps of {args.batch} x {args.seq_len} tokens, "
+        f"{per_example / 1e9:.3f} GFLOPs per sequence, {total / 1e15:.4f} PFLOPs in all",
+        flush=True)
+  hparams = pretraining_hparams(args, vocab_size, name == "electra", steps)
+  model_dir = os.path.join(out, "models", name)
+  stamp, key = os.path.join(model_dir, "transfer_run.json"), model_key(corpus, hparams)
+  stored = read_json(stamp)
+  if stored is not None or os.path.isdir(model_dir):
+    refuse_other(model_dir, (stored or {}).get("key"), key, "pre-trained")
+  if stored is None or stored.get("result") is None:
+    write_json(stamp, {"key": key, "result": None})
     common = ["--data_dir", out, "--model_name", name]
     train_s = run(f"pretrain_{name}", "run_pretraining.py", *common,
                   "--hparams", json.dumps(hparams))
     run(f"pretrain_{name}_eval", "run_pretraining.py", *common,
         "--hparams", json.dumps({**hparams, "do_train": False, "do_eval": True}))
-    metrics = read_unsup_results(os.path.join(out, "models", name, "results",
-                                              "unsup_results.txt"))
-    record["pretraining"][name] = {"steps": steps[name], "flops_per_example": per_example[name],
-                                   "total_flops": total, "train_s": train_s, "eval": metrics,
-                                   "hparams": hparams}
-    shown = ", ".join(f"{k} {metrics[k]:.3f}" for k in
-                      ("disc_auc", "disc_recall", "masked_lm_accuracy") if k in metrics)
-    print(f"  {train_s:.0f} s; evaluation: {shown}", flush=True)
+    metrics = read_unsup_results(os.path.join(model_dir, "results", "unsup_results.txt"))
+    stored = {"key": key, "result": {"train_s": train_s, "eval": metrics}}
+    write_json(stamp, stored)
+  train_s, metrics = stored["result"]["train_s"], stored["result"]["eval"]
+  shown = ", ".join(f"{k} {metrics[k]:.3f}" for k in
+                    ("disc_auc", "disc_recall", "masked_lm_accuracy") if k in metrics)
+  print(f"  {train_s:.0f} s; evaluation: {shown}", flush=True)
+  return {"steps": steps, "flops_per_example": per_example, "total_flops": total,
+          "train_s": train_s, "eval": metrics, "hparams": hparams}
 
-  # 4. fine-tuning: the learning rate chosen on held-out train sentences, then every budget
-  budget_rows, heldout = split_sst(train, budgets, args.heldout_sentences)
-  eval_rows = read_sst(os.path.join(sst_dir, "dev.tsv")) if args.eval_on == "dev" else heldout
-  if args.dev_rows:
-    eval_rows = eval_rows[:args.dev_rows]
-  ft_common = {**shape_hparams(args, vocab_size), "task_names": ["sst"],
-               "vocab_file": vocab_file, "max_seq_length": args.ft_seq_len,
-               "train_batch_size": args.ft_batch, "eval_batch_size": args.ft_batch,
-               "seed": 1, "keep_all_models": False}
 
-  def finetune(tag: str, b: int, start: str, lr: float, rows: list, trials: int
+class FineTuner:
+  """Step 4: ``run_finetuning.py`` on one label budget from one start, reusing a finished run
+  whose inputs (hparams, rows, corpus, initial model) are the same.
+
+  Args:
+    args: the parsed flags; out: --out_dir; run: the subprocess runner.
+    budget_rows: label budget -> its SST-2 train rows.
+    common: the fine-tuning hparams shared by every run.
+    keys: start -> the key of the model it starts from (None: random init).
+  """
+
+  def __init__(self, args: argparse.Namespace, out: str, run: Runner,
+               budget_rows: dict[int, list[tuple[str, str]]], common: dict[str, Any],
+               keys: dict[str, Any]):
+    self.args, self.out, self.run = args, out, run
+    self.budget_rows, self.common, self.keys = budget_rows, common, keys
+
+  def __call__(self, tag: str, b: int, start: str, lr: float, rows: list, trials: int
                ) -> tuple[list[float], dict[str, Any]]:
-    ft_dir = os.path.join(out, tag)
-    write_tsv(budget_rows[b], os.path.join(ft_dir, "finetuning_data", "sst", "train.tsv"))
+    """(accuracy per trial, the run's record) of budget ``b`` from ``start``."""
+    args, ft_dir = self.args, os.path.join(self.out, tag)
+    write_tsv(self.budget_rows[b], os.path.join(ft_dir, "finetuning_data", "sst", "train.tsv"))
     write_tsv(rows, os.path.join(ft_dir, "finetuning_data", "sst", "dev.tsv"))
     epochs = max(args.ft_epochs, args.ft_min_steps * args.ft_batch / b)
-    init = None if start == "random" else os.path.join(out, "models", start)
-    hparams = {**ft_common, "learning_rate": lr, "num_train_epochs": epochs,
+    init = None if start == "random" else os.path.join(self.out, "models", start)
+    hparams = {**self.common, "learning_rate": lr, "num_train_epochs": epochs,
                "num_trials": trials, "init_checkpoint": init}
     results = os.path.join(ft_dir, "models", start, "results", "sst_results.json")
     done = os.path.join(ft_dir, "models", start, "transfer_done.json")
-    key = {"hparams": hparams, "train": budget_rows[b], "eval": rows}
-    if os.path.exists(done) and os.path.exists(results):  # a rerun reuses finished runs
-      with open(done, encoding="utf-8") as f:
-        previous = json.load(f)
-      if previous["key"] == json.loads(json.dumps(key)):
-        accs = trial_accuracies(results)
-        return accs, {"accuracy": accs, "wall_s": previous["wall_s"], "hparams": hparams}
-    secs = run(f"finetune_{tag}_{start}", "run_finetuning.py", "--data_dir", ft_dir,
-               "--model_name", start, "--hparams", json.dumps(hparams))
+    key = json.loads(json.dumps({"hparams": hparams, "train": self.budget_rows[b],
+                                 "eval": rows, "init": self.keys[start]}))
+    previous = read_json(done)
+    if previous is not None and previous.get("key") == key and os.path.exists(results):
+      accs = trial_accuracies(results)  # a rerun reuses finished runs
+      return accs, {"accuracy": accs, "wall_s": previous["wall_s"], "hparams": hparams}
+    secs = self.run(f"finetune_{tag}_{start}", "run_finetuning.py", "--data_dir", ft_dir,
+                    "--model_name", start, "--hparams", json.dumps(hparams))
     accs = trial_accuracies(results)
-    with open(done, "w", encoding="utf-8") as f:
-      json.dump({"key": key, "wall_s": secs}, f)
+    write_json(done, {"key": key, "wall_s": secs})
     return accs, {"accuracy": accs, "wall_s": secs, "hparams": hparams}
 
-  record["finetuning"] = {"eval_on": args.eval_on, "eval_rows": len(eval_rows), "runs": {},
-                          "lr_selection": {}}
-  lrs = [float(x) for x in args.ft_lrs.split(",") if x.strip()]
-  ft_lr = lrs[0]
-  if len(lrs) > 1:
-    b, held = min(budgets), heldout[:args.dev_rows] if args.dev_rows else heldout
-    scores = {}
-    for lr in lrs:
-      accs = [finetune(f"select_lr{lr:g}", b, s, lr, held, 1)[0][0] for s in starts]
-      scores[lr] = statistics.mean(accs)
-      by_start = dict(zip(starts, accs, strict=True))
-      record["finetuning"]["lr_selection"][f"{lr:g}"] = by_start
-      print(f"fine-tuning lr {lr:g} on {b} labels, held-out SST-2 train sentences "
-            f"({len(held)}): " + "  ".join(f"{s} {a:.1f}" for s, a in by_start.items()),
-            flush=True)
-    ft_lr = max(lrs, key=lambda lr: scores[lr])
-    print(f"fine-tuning lr: {ft_lr:g} (best held-out mean over the starts)", flush=True)
-  record["finetuning"]["learning_rate"] = ft_lr
 
+def select_lr(args: argparse.Namespace, finetune: FineTuner, budgets: list[int],
+              starts: list[str], heldout: list, record: dict[str, Any]) -> float:
+  """The fine-tuning rate: the only one given, else the best mean over the starts on held-out
+  SST-2 train sentences (smallest budget, one seed), never on dev."""
+  lrs = [float(x) for x in args.ft_lrs.split(",") if x.strip()]
+  if len(lrs) == 1:
+    return lrs[0]
+  b, held = min(budgets), heldout[:args.dev_rows] if args.dev_rows else heldout
+  scores = {}
+  for lr in lrs:
+    accs = [finetune(f"select_lr{lr:g}", b, s, lr, held, 1)[0][0] for s in starts]
+    scores[lr] = statistics.mean(accs)
+    by_start = dict(zip(starts, accs, strict=True))
+    record["lr_selection"][f"{lr:g}"] = by_start
+    print(f"fine-tuning lr {lr:g} on {b} labels, held-out SST-2 train sentences "
+          f"({len(held)}): " + "  ".join(f"{s} {a:.1f}" for s, a in by_start.items()),
+          flush=True)
+  ft_lr = max(lrs, key=lambda lr: scores[lr])
+  print(f"fine-tuning lr: {ft_lr:g} (best held-out mean over the starts)", flush=True)
+  return ft_lr
+
+
+def finetune_budgets(args: argparse.Namespace, finetune: FineTuner, budgets: list[int],
+                     starts: list[str], lr: float, eval_rows: list, record: dict[str, Any]
+                     ) -> dict[int, dict[str, list[float]]]:
+  """Step 4: every budget from every start; accuracy per trial."""
   acc: dict[int, dict[str, list[float]]] = {}
   for b in budgets:
     acc[b] = {}
     for s in starts:
-      acc[b][s], info = finetune(f"sst_{b}", b, s, ft_lr, eval_rows, args.seeds)
-      record["finetuning"]["runs"][f"{b}/{s}"] = info
+      acc[b][s], info = finetune(f"sst_{b}", b, s, lr, eval_rows, args.seeds)
+      record["runs"][f"{b}/{s}"] = info
       print(f"fine-tuning from {s}, {b} labels: {args.eval_on} accuracy "
             + " ".join(f"{a:.1f}" for a in acc[b][s]) + f" ({info['wall_s']:.0f} s)",
             flush=True)
+  return acc
 
-  # 5. report
+
+def report(args: argparse.Namespace, out: str, acc: dict[int, dict[str, list[float]]],
+           starts: list[str], n_eval: int, record: dict[str, Any], t0: float) -> None:
+  """Step 5: the table, the PNG, transfer.json and the final lines."""
   summary = summarise(acc)
   png = os.path.join(out, "transfer.png")
   plot(summary, starts, args.eval_on, png)
   record["summary"] = {str(b): {s: {"mean": m, "sd": sd} for s, (m, sd) in row.items()}
                        for b, row in summary.items()}
   record["timings_s"]["total"] = time.time() - t0
-  with open(os.path.join(out, "transfer.json"), "w", encoding="utf-8") as f:
-    json.dump(record, f, indent=2)
-  print(f"\nSST-2 {args.eval_on} accuracy ({len(eval_rows)} rows), mean ± sd over "
+  write_json(os.path.join(out, "transfer.json"), record, indent=2)
+  print(f"\nSST-2 {args.eval_on} accuracy ({n_eval} rows), mean ± sd over "
         f"{args.seeds} seed(s):")
   print("\n".join(table_lines(summary, starts)))
   print(f"plot: {png}\nrecord: {os.path.join(out, 'transfer.json')}\n"
         f"wall time: {record['timings_s']['total'] / 60:.1f} min")
   print("\n".join(final_lines(summary)))
+
+
+# ---------------------------------------------------------------- main
+
+def main(argv: Sequence[str] | None = None) -> None:
+  args, starts, budgets = checked_args(argv)
+  t0 = time.time()
+  out = os.path.abspath(args.out_dir)
+  sst_dir = os.path.join(args.data_dir, "glue", "SST-2")
+  os.makedirs(out, exist_ok=True)
+  corpus = claim_out_dir(args, out, sst_dir)
+  run = Runner(out)
+  record: dict[str, Any] = {"args": vars(args), "timings_s": {}}
+  train = read_sst(os.path.join(sst_dir, "train.tsv"))
+  vocab_file, vocab_size = prepare_corpus(args, out, train, run, record)
+
+  steps, per_example = pretraining_steps(args, vocab_size)  # 3. at equal FLOPs
+  record["pretraining"], keys = {}, {"random": {"corpus": corpus}}
+  for name in ("electra", "mlm"):
+    if name in starts:
+      record["pretraining"][name] = info = pretrain(
+          args, out, name, steps[name], per_example[name], vocab_size, corpus, run)
+      keys[name] = model_key(corpus, info["hparams"])
+
+  # 4. fine-tuning: the learning rate chosen on held-out train sentences, then every budget
+  budget_rows, heldout = split_sst(train, budgets, args.heldout_sentences)
+  eval_rows = read_sst(os.path.join(sst_dir, "dev.tsv")) if args.eval_on == "dev" else heldout
+  if args.dev_rows:
+    eval_rows = eval_rows[:args.dev_rows]
+  finetune = FineTuner(args, out, run, budget_rows, {
+      **shape_hparams(args, vocab_size), "task_names": ["sst"], "vocab_file": vocab_file,
+      "max_seq_length": args.ft_seq_len, "train_batch_size": args.ft_batch,
+      "eval_batch_size": args.ft_batch, "seed": 1, "keep_all_models": False}, keys)
+  record["finetuning"] = ft = {"eval_on": args.eval_on, "eval_rows": len(eval_rows),
+                               "runs": {}, "lr_selection": {}}
+  ft["learning_rate"] = lr = select_lr(args, finetune, budgets, starts, heldout, ft)
+  acc = finetune_budgets(args, finetune, budgets, starts, lr, eval_rows, ft)
+  report(args, out, acc, starts, len(eval_rows), record, t0)
 
 
 if __name__ == "__main__":

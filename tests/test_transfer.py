@@ -3,11 +3,13 @@ whole experiment at a tiny size as a real subprocess (corpus -> vocab -> TFRecor
 and masked-LM pre-training -> fine-tuning from both and from random init -> table, PNG, JSON)."""
 
 import json
+import pathlib
 import re
 import subprocess
 import sys
 
 import pytest
+import tensorflow as tf
 from helpers.paths import DATA, REPO_ROOT
 
 sys.path.insert(0, str(REPO_ROOT / "benchmarks"))
@@ -73,12 +75,22 @@ TINY = ["--max_sentences", "300", "--no_wikitext", "--vocab_size", "400", "--lay
         "--ft_batch", "8", "--ft_epochs", "1", "--ft_min_steps", "0", "--ft_lrs", "3e-4"]
 
 
+def _transfer(out, *flags):
+  return subprocess.run([sys.executable, str(REPO_ROOT / "benchmarks" / "transfer.py"),
+                         "--out_dir", str(out), "--data_dir", str(DATA), *TINY, *flags],
+                        text=True, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, timeout=1800)
+
+
+def _trained_step(model_dir):
+  """The step counter stored in a model folder's newest checkpoint (what the run trained)."""
+  reader = tf.train.load_checkpoint(tf.train.latest_checkpoint(str(model_dir)))
+  return int(reader.get_tensor("step/.ATTRIBUTES/VARIABLE_VALUE"))
+
+
 @pytest.mark.slow
 def test_tiny_transfer_experiment_end_to_end(tmp_path):
   out = tmp_path / "transfer"
-  proc = subprocess.run([sys.executable, str(REPO_ROOT / "benchmarks" / "transfer.py"),
-                         "--out_dir", str(out), "--data_dir", str(DATA), *TINY],
-                        text=True, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, timeout=1800)
+  proc = _transfer(out)
   assert proc.returncode == 0, proc.stdout[-4000:]
   lines = proc.stdout.strip().splitlines()
   assert re.fullmatch(r"transfer: labels 32: random \d+\.\d  mlm \d+\.\d  electra \d+\.\d  "
@@ -88,10 +100,11 @@ def test_tiny_transfer_experiment_end_to_end(tmp_path):
   record = json.loads((out / "transfer.json").read_text())
   assert (out / "transfer.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
   pre = record["pretraining"]
-  assert pre["electra"]["steps"] == 4 and pre["mlm"]["steps"] >= 4
-  # equal pre-training FLOPs: the masked-LM run gets the steps the ELECTRA FLOPs buy
-  assert pre["mlm"]["total_flops"] == pytest.approx(pre["electra"]["total_flops"],
-                                                    rel=0.5 / pre["mlm"]["steps"])
+  # the steps each model was trained for (its checkpoint), not the flag: 4 ELECTRA steps, and
+  # the masked-LM steps that the same FLOPs buy, from the FLOPs per sequence of each model
+  assert _trained_step(out / "models" / "electra") == 4
+  fe, fm = pre["electra"]["flops_per_example"], pre["mlm"]["flops_per_example"]
+  assert fm < fe and _trained_step(out / "models" / "mlm") == round(4 * fe / fm)
   assert {"disc_auc", "disc_recall"} <= set(pre["electra"]["eval"])
   for budget in ("16", "32"):
     row = record["summary"][budget]
@@ -104,3 +117,48 @@ def test_tiny_transfer_experiment_end_to_end(tmp_path):
   table = proc.stdout[proc.stdout.index("SST-2 dev accuracy (24 rows)"):]
   assert re.search(r"^\s+16\s+\d+\.\d ± \d+\.\d", table, re.M), table
   assert re.search(r"^\s+32\s+\d+\.\d ± \d+\.\d", table, re.M), table
+
+  # a rerun of the same command reuses every model and fine-tuning run
+  logs = {p.name: p.stat().st_mtime_ns for p in (out / "logs").iterdir()}
+  again = _transfer(out)
+  assert again.returncode == 0, again.stdout[-4000:]
+  assert again.stdout.strip().splitlines()[-2:] == lines[-2:]
+  assert {p.name: p.stat().st_mtime_ns for p in (out / "logs").iterdir()
+          if p.name.startswith(("pretrain_", "finetune_"))} == {
+              n: t for n, t in logs.items() if n.startswith(("pretrain_", "finetune_"))}
+  # another pre-training flag: refused in one line, the models left as they are
+  checkpoint = out / "models" / "electra" / "ckpt-4.index"
+  mtime = checkpoint.stat().st_mtime_ns
+  other = _transfer(out, "--lr", "2e-4")
+  assert other.returncode == 1 and "Traceback" not in other.stdout, other.stdout[-4000:]
+  assert other.stdout.strip().splitlines()[-1] == (
+      f"transfer: {out / 'models' / 'electra'} was pre-trained with other settings "
+      "(learning_rate changed (0.0001 -> 0.0002)); use another --out_dir (or move that folder "
+      "away)")
+  assert checkpoint.stat().st_mtime_ns == mtime
+
+
+def test_a_finetuning_run_is_reused_only_with_the_same_inputs(tmp_path):
+  """The fine-tuning cache is keyed by the hparams, the rows and the initial model's settings,
+  not by the model's path."""
+  args = transfer.parse_args(["--ft_epochs", "1", "--ft_min_steps", "0"])
+  rows = [("a fine film", "1"), ("a dull one", "0")]
+  calls = []
+
+  def run(name, script, *flags):
+    calls.append(name)
+    ft_dir = flags[flags.index("--data_dir") + 1]
+    start = flags[flags.index("--model_name") + 1]
+    results = pathlib.Path(ft_dir, "models", start, "results", "sst_results.json")
+    results.parent.mkdir(parents=True, exist_ok=True)
+    results.write_text(json.dumps({"trials": [{"sst": {"accuracy": 50.0 + len(calls)}}]}))
+    return 1.0
+
+  finetune = transfer.FineTuner(args, str(tmp_path), run, {2: rows}, {"seed": 1},
+                                {"electra": {"hparams": {"learning_rate": 1e-4}}})
+  first = finetune("sst_2", 2, "electra", 1e-4, rows, 1)[0]
+  assert finetune("sst_2", 2, "electra", 1e-4, rows, 1)[0] == first and len(calls) == 1
+  finetune.keys["electra"] = {"hparams": {"learning_rate": 2e-4}}  # the same path, other model
+  assert finetune("sst_2", 2, "electra", 1e-4, rows, 1)[0] == [52.0] and len(calls) == 2
+  assert finetune("sst_2", 2, "electra", 3e-4, rows, 1)[0] == [53.0] and len(calls) == 3
+  assert finetune("sst_2", 2, "electra", 3e-4, rows[:1], 1)[0] == [54.0] and len(calls) == 4
