@@ -58,10 +58,10 @@ def test_double_unordered_swaps_pairs(data_dir, tokenizer):
 
 def test_pair_truncation_pops_longer_side(tokenizer):
   a, b = list("abcdefgh"), list("xyz")
-  classification.truncate_seq_pair(a, b, 6)
+  wordpiece.truncate_seq_pair(a, b, 6)
   assert (a, b) == (list("abc"), list("xyz"))
   a, b = list("ab"), list("xy")
-  classification.truncate_seq_pair(a, b, 3)  # tie: pops b first
+  wordpiece.truncate_seq_pair(a, b, 3)  # tie: pops b first
   assert (a, b) == (list("ab"), list("x"))
 
 

@@ -29,7 +29,7 @@ from electra_tf.finetuning.user.records import (
   read_records,
   read_tagged_jsonl,
 )
-from electra_tf.finetuning.user.spec import TaskSpec, label_key, load_spec
+from electra_tf.finetuning.user.spec import TaskSpec, label_key, load_spec, spec_json
 
 _DEBUG_MAX_ROWS = 100
 _SPAN_PREFIXES = ("B-", "I-", "E-", "S-")
@@ -166,6 +166,9 @@ class UserClassificationTask(_UserSentenceTask, ClassificationTask):
   def _spec_values(self) -> tuple[Any, ...] | None:
     return self.spec.labels
 
+  def definition(self) -> dict[str, Any]:
+    return {**super().definition(), "task_json": spec_json(self.spec, labels=self.label_values)}
+
   @property
   def label_values(self) -> list[Any]:
     """The labels as written in the files / task.json, in label-id order."""
@@ -211,6 +214,10 @@ class UserRegressionTask(_UserSentenceTask, RegressionTask):
 
   def _spec_values(self) -> tuple[float, float] | None:
     return self.spec.range
+
+  def definition(self) -> dict[str, Any]:
+    return {**super().definition(), "task_json": spec_json(self.spec,
+                                                           score_range=self.score_range)}
 
   @property
   def score_range(self) -> list[float]:
@@ -271,6 +278,9 @@ class UserTaggingTask(_UserFiles, TaggingTask):
 
   def label_splits(self) -> list[str]:
     return ["train", "dev"]
+
+  def definition(self) -> dict[str, Any]:
+    return {**super().definition(), "task_json": spec_json(self.spec)}
 
   def read_split(self, split: str) -> tuple[str, list[TaggedSentence]]:
     """(file, sentences); test tags are optional and ignored."""
@@ -338,10 +348,11 @@ class UserTaggingTask(_UserFiles, TaggingTask):
 
 def make_user_task(name: str, raw_data_dir: str, tokenizer: Any, max_seq_length: int,
                    task_id: int = 0, debug: bool = False, double_unordered: bool = True,
-                   preprocessed_data_dir: str | None = None):
-  """The task of ``<raw_data_dir>/task.json``; inferred labels are stored in
-  ``preprocessed_data_dir`` (``[debug_]<name>_labels.json`` / ``_label_mapping.json``)."""
-  spec = load_spec(raw_data_dir)
+                   preprocessed_data_dir: str | None = None, spec: TaskSpec | None = None):
+  """The task of ``<raw_data_dir>/task.json`` (or of ``spec``, e.g. a fine-tuned model's);
+  inferred labels are stored in ``preprocessed_data_dir`` (``[debug_]<name>_labels.json`` /
+  ``_label_mapping.json``)."""
+  spec = spec or load_spec(raw_data_dir)
   prefix = os.path.join(preprocessed_data_dir, ("debug_" if debug else "") + name) \
       if preprocessed_data_dir else None
   if spec.type == "tagging":
