@@ -20,9 +20,11 @@ as stored, a training checkpoint's restored into the ``optimizer`` of its hparam
 ``<output_dir>`` and each of these folders hold ``hparams.json`` and ``vocab.txt``
 (``electra_tf.reading.model_dir``); the hf/ folders the tokenizer files and every SavedModel
 ``assets/vocab.txt``. With ``task_names`` in the hparams the checkpoint is a fine-tuned model:
-the SavedModel then has the task signatures (``classify``, ``squad``, ``tag``) and
-``--data_dir`` names the fine-tuning data layout. ``--litert`` (fine-tuned models) adds
-``<output_dir>/litert/`` and ``--keras_hub`` ``<output_dir>/keras_hub/`` (see
+the SavedModel then has the task signatures (``classify``, ``squad``, ``tag``), the tasks are
+defined by the model's ``tasks.json`` (``electra_tf.reading.model_tasks``; every output gets a
+copy) and ``--data_dir`` is needed only for a model without one, or for rows from elsewhere.
+``--litert`` (fine-tuned models) adds ``<output_dir>/litert/``, each variant measured on the
+tasks' dev rows, and ``--keras_hub`` ``<output_dir>/keras_hub/`` (see
 ``electra_tf.interop.deploy_exports``).
 """
 

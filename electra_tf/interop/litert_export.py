@@ -219,7 +219,12 @@ def representative_inputs(tasks: Mapping[str, Any], max_examples: int = 100
   def generate():
     for signature, task in tasks.items():
       count = 0
-      for example in task.get_examples("train"):
+      try:
+        examples = task.get_examples("train")
+      except (OSError, ValueError) as e:
+        raise ValueError(f"int8_full calibrates on train rows: {console.first_line(e)} "
+                         "(--data_dir gives them)") from None
+      for example in examples:
         for features in task.featurize(example):
           inputs = {k: np.asarray([features[k]], np.int32) for k in INPUT_NAMES}
           yield (signature, inputs) if len(tasks) > 1 else inputs

@@ -32,7 +32,7 @@ from electra_tf import console
 from electra_tf.full_tokenizer import FullTokenizer
 from electra_tf.interop import prediction_rows, task_outputs
 from electra_tf.interop.litert_runner import LiteRTModel, pick_signature
-from electra_tf.interop.signatures import signature_names
+from electra_tf.interop.signatures import LITERT_KINDS, signature_names
 
 INPUTS = task_outputs.INPUT_NAMES
 
@@ -90,6 +90,10 @@ def _task_definition(definitions: dict[str, dict], task: str | None, where: str
   names = signature_names({n: d["kind"] for n, d in definitions.items()})
   by_signature = {names[n]: {**d, "task": n} for n, d in definitions.items()}
   signature = pick_signature(by_signature, task, where)
+  if by_signature[signature]["kind"] not in LITERT_KINDS:
+    raise ValueError(f"predict labels classification, regression and tagging tasks; "
+                     f"{by_signature[signature]['task']} is {by_signature[signature]['kind']} "
+                     f"(its SavedModel signature is {signature})")
   return signature, by_signature[signature]
 
 
@@ -236,7 +240,7 @@ def main(argv: list[str]) -> None:
     scores = ", ".join(f"{k} {v:.2f}" for k, v in result.metrics.items())
     lines.append(f"  {scores} ({result.labelled} labelled rows)")
   lines += [f"  {len(rows) / max(result.seconds, 1e-9):.1f} examples/s ({len(rows)} rows in "
-            f"{result.seconds:.1f} s: tokenisation, featurisation and the model, batch "
+            f"{result.seconds:.2f} s: tokenisation, featurisation and the model, batch "
             f"{f.batch_size})", f"  predictions: {output}"]
   console.summary(f"Predicted {f.input} with {predictor.description} (task "
                   f"{predictor.definition['task']}):", lines)

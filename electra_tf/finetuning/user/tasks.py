@@ -89,6 +89,12 @@ class _UserFiles:
   def get_test_splits(self) -> list[str]:
     return ["test"] if self.split_file("test", required=False) else []
 
+  def definition(self) -> dict[str, Any]:
+    """The built-in kind's definition with this task's task.json, labels / range resolved."""
+    labels = self.label_values if self.kind == "classification" else None
+    score_range = self.score_range if self.kind == "regression" else None
+    return {**super().definition(), "task_json": spec_json(self.spec, labels, score_range)}
+
 
 class _UserSentenceTask(_UserFiles):
   """Reading and prediction writing shared by user classification and regression tasks
@@ -115,7 +121,6 @@ class _UserSentenceTask(_UserFiles):
       self._values = (list(given) if given
                       else _stored(self.labels_path, self._values_from_train))
     return self._values
-
 
   def read_split(self, split: str) -> tuple[str, list[Record]]:
     """(file, rows) of one split; test rows need no label (it is ignored)."""
@@ -166,9 +171,6 @@ class UserClassificationTask(_UserSentenceTask, ClassificationTask):
   def _spec_values(self) -> tuple[Any, ...] | None:
     return self.spec.labels
 
-  def definition(self) -> dict[str, Any]:
-    return {**super().definition(), "task_json": spec_json(self.spec, labels=self.label_values)}
-
   @property
   def label_values(self) -> list[Any]:
     """The labels as written in the files / task.json, in label-id order."""
@@ -214,10 +216,6 @@ class UserRegressionTask(_UserSentenceTask, RegressionTask):
 
   def _spec_values(self) -> tuple[float, float] | None:
     return self.spec.range
-
-  def definition(self) -> dict[str, Any]:
-    return {**super().definition(), "task_json": spec_json(self.spec,
-                                                           score_range=self.score_range)}
 
   @property
   def score_range(self) -> list[float]:
@@ -275,12 +273,8 @@ class UserTaggingTask(_UserFiles, TaggingTask):
     self.spec = spec
     self._counter = _TruncationCounter()
 
-
   def label_splits(self) -> list[str]:
     return ["train", "dev"]
-
-  def definition(self) -> dict[str, Any]:
-    return {**super().definition(), "task_json": spec_json(self.spec)}
 
   def read_split(self, split: str) -> tuple[str, list[TaggedSentence]]:
     """(file, sentences); test tags are optional and ignored."""
