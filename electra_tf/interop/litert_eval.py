@@ -14,6 +14,8 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 import numpy as np
+import tensorflow as tf
+import tensorflow_text  # noqa: F401 -- the SavedModel's raw-text signatures need its ops
 
 from electra_tf import console
 from electra_tf.interop import task_outputs
@@ -77,9 +79,6 @@ def measure(saved_model_dir: str, files: Mapping[str, str], tasks: Sequence[Any]
   """{task: {"rows", "float32": {metrics}, "variants": {variant: {metrics, "agreement",
   "max_difference"}}} or {"not_measured": why}} for the tasks in ``signature_names`` (task ->
   its signature in the ``.tflite`` ``files``, {variant: path})."""
-  import tensorflow as tf
-  import tensorflow_text  # noqa: F401 -- the SavedModel's raw-text signatures need its ops
-
   loaded = None
   result: dict[str, Any] = {}
   for task in tasks:

@@ -23,12 +23,17 @@ or with ``ai_edge_litert.interpreter.Interpreter(model_path).get_signature_runne
 
 from __future__ import annotations
 
+import json
 import os
 import re
 import shutil
 import tempfile
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any
+
+import numpy as np
+import tensorflow as tf
+import tensorflow_text  # noqa: F401 -- registers the ops of the raw-text signatures
 
 from electra_tf import atomic_io, console
 from electra_tf.interop import signatures
@@ -103,8 +108,6 @@ def failure_reason(error: BaseException) -> str:
 def convert_saved_model(saved_model_dir: str, signatures: Sequence[str], variant: str,
                         representative: Callable[[], Iterable[Any]] | None = None) -> bytes:
   """TFLite flatbuffer of the SavedModel's ``signatures`` (fixed shapes) as ``variant``."""
-  import tensorflow as tf
-
   converter = tf.lite.TFLiteConverter.from_saved_model(saved_model_dir,
                                                        signature_keys=list(signatures))
   if variant == "float16":
@@ -127,9 +130,6 @@ def write_fixed_shape_saved_model(saved_model_dir: str, signatures: Sequence[str
                                   max_seq_length: int, out_dir: str) -> None:
   """Re-saves the SavedModel's ``signatures`` with [1, max_seq_length] inputs into
   ``out_dir``, which the converter reads (its signature names become the LiteRT ones)."""
-  import tensorflow as tf
-  import tensorflow_text  # noqa: F401 -- registers the ops of the raw-text signatures
-
   loaded = tf.saved_model.load(saved_model_dir)
   spec = tf.TensorSpec([1, max_seq_length], tf.int32)
   module = tf.Module()
@@ -214,8 +214,6 @@ def representative_inputs(tasks: Mapping[str, Any], max_examples: int = 100
   """Calibration inputs for ``int8_full``: the first ``max_examples`` featurised train
   examples of each task ({signature name: task}), as [1, T] int32 arrays keyed by input name;
   (signature, inputs) pairs when there are several signatures, as the converter expects."""
-  import numpy as np
-
   def generate():
     for signature, task in tasks.items():
       count = 0
@@ -236,8 +234,6 @@ def representative_inputs(tasks: Mapping[str, Any], max_examples: int = 100
 
 def update_spec(litert_dir: str, values: Mapping[str, Any]) -> None:
   """Adds ``values`` to ``<litert_dir>/litert.json`` (rewritten atomically)."""
-  import json
-
   path = os.path.join(litert_dir, SPEC_FILE)
   with open(path, encoding="utf-8") as f:
     spec = json.load(f)
