@@ -21,7 +21,10 @@ def train(root, data_dir, vocab_file, task_names=TASKS):
   import run_finetuning as rf
   from electra_tf.config import FinetuningConfig
 
-  user_data.write_all(root, data_dir)
+  data = user_data.write_all(root, data_dir)
+  dev = data / "movie_reviews" / "dev.csv"  # 15 rows: no accuracy is its own complement
+  dev.write_text("".join(dev.read_text(encoding="utf-8").splitlines(True)[:16]),
+                 encoding="utf-8")
   config = FinetuningConfig("tiny", str(root), **{**TINY, "vocab_file": vocab_file,
                                                   "task_names": list(task_names)})
   results = rf.run_finetuning(config)
