@@ -156,15 +156,15 @@ class LiteRTClassify:
   """A ``.tflite`` file's ``classify`` signature on numpy inputs."""
 
   def __init__(self, path: str, threads: int):
-    from electra_tf.interop.litert_export import LiteRTRunner
+    from electra_tf.interop.litert_runner import LiteRTModel
 
-    self.runner = LiteRTRunner(path, "classify", num_threads=threads)
+    self.model = LiteRTModel(path, num_threads=threads)
 
   def prepared(self, inputs: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
     return inputs
 
   def __call__(self, prepared: dict[str, np.ndarray]) -> np.ndarray:
-    return self.runner.runner(**prepared)["logits"]
+    return self.model.run(**prepared)["logits"]
 
 
 def row(inputs: dict[str, np.ndarray], i: int) -> dict[str, np.ndarray]:
@@ -201,14 +201,16 @@ def keras_hub_check(export: str, inputs: dict[str, np.ndarray], texts: list[str]
   import tensorflow as tf
 
   from electra_tf import tokenization
-  from electra_tf.interop.keras_hub_check import check_env
+
+  sys.path.insert(0, os.path.join(_REPO, "tests", "helpers"))
+  from keras_hub_check import SCRIPT, check_env  # the tests' Keras 3 subprocess runner
 
   n = FLAGS.keras_hub_rows
   with tempfile.TemporaryDirectory() as tmp:
     np.savez(os.path.join(tmp, "in.npz"), texts=np.asarray(texts[:n]),
              **{k: v[:n] for k, v in inputs.items()})
     proc = subprocess.run(
-        [sys.executable, "-m", "electra_tf.interop.keras_hub_check", "--preset",
+        [sys.executable, SCRIPT, "--preset",
          os.path.join(export, "keras_hub"), "--inputs", os.path.join(tmp, "in.npz"),
          "--output", os.path.join(tmp, "out.npz")],
         cwd=_REPO, env=check_env(), capture_output=True, text=True)

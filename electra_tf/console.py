@@ -18,6 +18,7 @@ import logging
 import os
 import re
 import sys
+import threading
 import traceback
 import warnings
 from collections.abc import Callable, Iterator, Sequence
@@ -25,16 +26,21 @@ from collections.abc import Callable, Iterator, Sequence
 # A line written by TensorFlow's C++ logging or by absl (C++ or Python):
 # "2026-01-01 12:00:00.123456: I tensorflow/...", "I0000 00:00:17... file.cc:12] ...",
 # "WARNING: All log messages before absl::InitializeLog() ...".
+# "W0000 00:00:1795688891.045274   20085 file.cc:364] ..." (absl before InitializeLog),
+# LiteRT's "INFO: Created TensorFlow Lite XNNPACK delegate for CPU." and the TFLite
+# quantizer's "fully_quantize: 0, inference_type: 6, ..." (printed to stdout).
 LOG_LINE = re.compile(
     r"^(\d{4}-\d\d-\d\d \d\d:\d\d:\d\d\.\d+: [IWEF] "
-    r"|[IWEF]\d{4} \d\d:\d\d:\d\d\.\d+ "
-    r"|WARNING: All log messages before absl::InitializeLog)")
+    r"|[IWEF]\d{4} \d\d:\d\d:\d+\.\d+ "
+    r"|WARNING: All log messages before absl::InitializeLog"
+    r"|INFO: |fully_quantize: \d)")
 
 VERBOSE_SWITCHES = ("--verbose", "--verbose=true", "--verbose=True", "--verbose=1")
 # Library code whose absl log records are progress of this program (shown as plain lines).
 _ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 _OWN_DIRS = tuple(os.path.join(_ROOT, d) + os.sep for d in ("electra_tf", "data_prep"))
 RULE = "=" * 80
+_verbose = False  # set by quiet(): whether library logs are shown
 
 
 def log(message: str = "") -> None:
@@ -102,7 +108,8 @@ def quiet(argv: Sequence[str] | None = None) -> bool:
   program's own code printed as plain lines (other libraries' absl records only from ERROR).
   Verbose: everything, in the libraries' own formats.
   """
-  verbose = verbose_requested(argv)
+  global _verbose
+  verbose = _verbose = verbose_requested(argv)
   if verbose:
     os.environ["TF_CPP_MIN_LOG_LEVEL"] = "0"
   else:
@@ -119,6 +126,63 @@ def quiet(argv: Sequence[str] | None = None) -> bool:
       handler.setFormatter(_PlainFormatter())
       handler.addFilter(_own_or_error)
   return verbose
+
+
+class _FdFilter:
+  """Filters what is written to file descriptor ``fd`` through a pipe and a reader thread."""
+
+  def __init__(self, fd: int):
+    self.fd, self.held = fd, []
+    read_end, write_end = os.pipe()
+    self.real = os.dup(fd)
+    os.dup2(write_end, fd)
+    os.close(write_end)
+    self.reader = threading.Thread(target=self._pump, args=(read_end,), daemon=True)
+    self.reader.start()
+
+  def _pump(self, read_end: int) -> None:
+    with os.fdopen(read_end, "rb") as pipe:
+      for raw in pipe:
+        line = raw.decode("utf-8", "replace")
+        if line.startswith("F") and LOG_LINE.match(line):
+          os.write(self.real, raw)  # fatal: at once, before a crash
+        elif not LOG_LINE.match(line):
+          self.held.append(raw)
+
+  def close(self, release: bool) -> None:
+    os.dup2(self.real, self.fd)  # closes the pipe's last write end: the reader sees its end
+    self.reader.join(timeout=10)
+    if release and self.held:
+      os.write(self.real, b"".join(self.held))
+    os.close(self.real)
+
+
+@contextlib.contextmanager
+def native_logs_hidden() -> Iterator[None]:
+  """Hides the log lines C++ code writes straight to file descriptors 1 and 2 while the block
+  runs (absl's ``W0000 ... tf_tfl_flatbuffer_helpers.cc:364] Ignored output_format``, LiteRT's
+  ``INFO: Created TensorFlow Lite XNNPACK delegate``), which no log level silences; nothing is
+  hidden after ``quiet(argv)`` with ``--verbose``.
+
+  Fatal lines (``F...``) pass at once, so a crash is explained. Other lines (a converter's
+  diagnostics) are held: printed when the block ends normally, dropped when it raises (the
+  exception carries them and becomes one error line; ``--verbose`` shows everything).
+  """
+  if _verbose:
+    yield
+    return
+  sys.stdout.flush()
+  sys.stderr.flush()
+  filters = [_FdFilter(1), _FdFilter(2)]
+  failed = True
+  try:
+    yield
+    failed = False
+  finally:
+    sys.stdout.flush()
+    sys.stderr.flush()
+    for fd_filter in filters:
+      fd_filter.close(release=not failed)
 
 
 def run(main: Callable[[list[str]], object], prog: str,

@@ -3,7 +3,8 @@
 Two implementations with identical ids:
 
 * ``FullTokenizer``: the pure-Python reference (official algorithm, with its ``strip_accents``
-  toggle), built on tf-models-official's BERT tokenizer pieces where those match exactly.
+  toggle), TensorFlow-free in ``electra_tf.full_tokenizer`` and re-exported here with the
+  vocabulary helpers (``load_vocab``, ``vocab_lines``, ``validate_vocab``, ``clean_text``...).
 * ``FastTokenizer``: batched ids through tensorflow-text's ``FastWordpieceTokenizer``, each
   batch handled as one "\n"-joined string. All-ASCII lines (most English text) are cleaned and
   lower-cased by one ``bytes.translate`` and go through its C++ end-to-end mode (split on
@@ -19,7 +20,6 @@ control/whitespace rules are not Python's ``unicodedata``.
 
 from __future__ import annotations
 
-import collections
 import re
 import unicodedata
 from collections.abc import Iterable, Mapping, Sequence
@@ -27,128 +27,23 @@ from collections.abc import Iterable, Mapping, Sequence
 import numpy as np
 import tensorflow as tf
 import tensorflow_text as tf_text
-from official.nlp.tools import tokenization as tfm_tokenization
 
-UNK_TOKEN = "[UNK]"
-SPECIAL_TOKENS = ("[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]")
-# Official ELECTRA WordpieceTokenizer limit (tf-models-official defaults to 400).
-MAX_CHARS_PER_WORD = 200
-
-
-def load_vocab(vocab_file: str) -> collections.OrderedDict[str, int]:
-  """Reads a vocabulary file (one token a line, id = line number) like the official code."""
-  if not tf.io.gfile.exists(vocab_file):
-    raise FileNotFoundError(f"vocab file not found: {vocab_file}")
-  try:
-    return tfm_tokenization.load_vocab(vocab_file)
-  except UnicodeDecodeError as e:
-    raise _not_utf8(vocab_file, e) from None
-
-
-def _not_utf8(vocab_file: str, error: UnicodeDecodeError) -> ValueError:
-  return ValueError(f"vocab file {vocab_file} is not UTF-8 text: byte "
-                    f"0x{error.object[error.start]:02x} cannot be decoded")
-
-
-def vocab_lines(vocab_file: str) -> list[str]:
-  """The tokens of a vocab file, one a line; one-line errors for a missing or non-UTF-8 file."""
-  if not tf.io.gfile.exists(vocab_file):
-    raise FileNotFoundError(f"vocab file not found: {vocab_file}")
-  try:
-    with tf.io.gfile.GFile(vocab_file, "rb") as f:
-      lines = f.read().decode("utf-8").split("\n")  # "\n" only, as line-by-line reading
-  except UnicodeDecodeError as e:
-    raise _not_utf8(vocab_file, e) from None
-  return lines[:-1] if lines and not lines[-1] else lines
-
-
-def validate_vocab(vocab: Mapping[str, int], required: Sequence[str] = SPECIAL_TOKENS) -> None:
-  """Raises a one-line ValueError naming the required tokens missing from `vocab`."""
-  missing = [token for token in required if token not in vocab]
-  if missing:
-    raise ValueError(f"vocab is missing required token(s): {', '.join(missing)}")
-
-
-# The official character classes as public helpers (tf-models keeps its copies private, and
-# its control rule differs: it drops only Cc / Cf).
-def is_control(char: str) -> bool:
-  """Official rule: every `C*` category except tab/newline/CR."""
-  if char in "\t\n\r":
-    return False
-  return unicodedata.category(char).startswith("C")
-
-
-def is_whitespace(char: str) -> bool:
-  """Official rule: space, tab, newline, CR and category Zs."""
-  return char in " \t\n\r" or unicodedata.category(char) == "Zs"
-
-
-def is_punctuation(char: str) -> bool:
-  """Official rule: all non-alphanumeric ASCII and every `P*` category."""
-  cp = ord(char)
-  if 33 <= cp <= 47 or 58 <= cp <= 64 or 91 <= cp <= 96 or 123 <= cp <= 126:
-    return True
-  return unicodedata.category(char).startswith("P")
-
-
-def _is_dropped(char: str) -> bool:
-  """Characters the official `_clean_text` deletes."""
-  cp = ord(char)
-  return cp == 0 or cp == 0xFFFD or is_control(char)
-
-
-def clean_text(text: str) -> str:
-  """Official `BasicTokenizer._clean_text`: drop NUL / U+FFFD / control chars, whitespace -> ' '."""
-  return "".join(" " if is_whitespace(c) else c for c in text if not _is_dropped(c))
-
-
-class _BasicTokenizer(tfm_tokenization.BasicTokenizer):
-  """tf-models' BasicTokenizer with the official ELECTRA control rule and strip_accents toggle."""
-
-  def __init__(self, do_lower_case: bool = True, strip_accents: bool = True):
-    super().__init__(do_lower_case=do_lower_case, split_on_punc=True)
-    self.strip_accents = strip_accents
-
-  def tokenize(self, text: str) -> list[str]:
-    # Own version: tf-models always strips accents when lower-casing; ELECTRA makes it optional.
-    text = self._clean_text(tfm_tokenization.convert_to_unicode(text))
-    text = self._tokenize_chinese_chars(text)
-    split_tokens = []
-    for token in tfm_tokenization.whitespace_tokenize(text):
-      if self.do_lower_case:
-        token = token.lower()
-        if self.strip_accents:
-          token = self._run_strip_accents(token)
-      split_tokens.extend(self._run_split_on_punc(token))
-    return tfm_tokenization.whitespace_tokenize(" ".join(split_tokens))
-
-  def _clean_text(self, text: str) -> str:
-    # Own version: uses the official `is_control` (all C* categories), see above.
-    return clean_text(text)
-
-
-class FullTokenizer:
-  """Pure-Python reference tokenizer: the official algorithm step by step."""
-
-  def __init__(self, vocab_file: str, do_lower_case: bool = True, strip_accents: bool = True):
-    self.vocab = load_vocab(vocab_file)
-    self.inv_vocab = {v: k for k, v in self.vocab.items()}
-    self.basic_tokenizer = _BasicTokenizer(do_lower_case, strip_accents)
-    self.wordpiece_tokenizer = tfm_tokenization.WordpieceTokenizer(
-        self.vocab, unk_token=UNK_TOKEN, max_input_chars_per_word=MAX_CHARS_PER_WORD)
-
-  def tokenize(self, text: str) -> list[str]:
-    return [piece for word in self.basic_tokenizer.tokenize(text)
-            for piece in self.wordpiece_tokenizer.tokenize(word)]
-
-  def convert_tokens_to_ids(self, tokens: Sequence[str]) -> list[int]:
-    return tfm_tokenization.convert_by_vocab(self.vocab, tokens)
-
-  def convert_ids_to_tokens(self, ids: Sequence[int]) -> list[str]:
-    return tfm_tokenization.convert_by_vocab(self.inv_vocab, ids)
-
-
-_is_chinese_char = tfm_tokenization.BasicTokenizer()._is_chinese_char  # same CJK ranges
+from electra_tf.full_tokenizer import (  # noqa: F401 -- re-exported: the pure-Python half
+  MAX_CHARS_PER_WORD,
+  SPECIAL_TOKENS,
+  UNK_TOKEN,
+  FullTokenizer,
+  clean_text,
+  is_chinese_char,
+  is_control,
+  is_dropped,
+  is_punctuation,
+  is_whitespace,
+  load_vocab,
+  to_text,
+  validate_vocab,
+  vocab_lines,
+)
 
 
 class _CharMap(dict):
@@ -165,12 +60,12 @@ class _CharMap(dict):
 
 def _clean_char(char: str) -> str:
   """Official `_clean_text` + `_tokenize_chinese_chars` + `str.split()` separators, per char."""
-  if _is_dropped(char):
+  if is_dropped(char):
     return ""
   # isspace(): str.split() also splits on U+2028/U+2029, which `_clean_text` keeps.
   if is_whitespace(char) or char.isspace():
     return " "
-  if _is_chinese_char(ord(char)):
+  if is_chinese_char(ord(char)):
     return f" {char} "
   return char
 
@@ -330,7 +225,7 @@ class FastTokenizer:
     try:
       text = "\n".join(lines)
     except TypeError:  # bytes lines, as the official `convert_to_unicode` accepts
-      lines = [tfm_tokenization.convert_to_unicode(line) for line in lines]
+      lines = [to_text(line) for line in lines]
       text = "\n".join(lines)
     if text.count("\n") != len(lines) - 1:  # a line's own "\n" is a space, not a line break
       lines = [line.replace("\n", " ") for line in lines]

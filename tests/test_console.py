@@ -136,3 +136,35 @@ def test_errors_are_one_line_unless_verbose(tmp_path):
   err = proc.stderr.splitlines()
   assert "Traceback (most recent call last):" in err
   assert err[-1] == f"learn_vocab.py: error: corpus directory not found: {tmp_path / 'missing'}"
+
+
+def test_native_log_lines_are_hidden_around_a_block(capfd, monkeypatch):
+  """What C++ writes straight to fds 1 and 2 (no log level silences it): log lines hidden,
+  a fatal line passed at once, other lines held until the block ends, dropped if it raises."""
+  monkeypatch.setattr(console, "_verbose", False)
+  noise = [(2, b"WARNING: All log messages before absl::InitializeLog() is called are written "
+               b"to STDERR\n"),
+           (2, b"W0000 00:00:1795688891.045274   20085 tf_tfl_flatbuffer_helpers.cc:364] "
+               b"Ignored output_format.\n"),
+           (1, b"fully_quantize: 0, inference_type: 6, input_inference_type: FLOAT32, "
+               b"output_inference_type: FLOAT32\n"),
+           (2, b"INFO: Created TensorFlow Lite XNNPACK delegate for CPU.\n")]
+  with console.native_logs_hidden():
+    for fd, line in noise:
+      os.write(fd, line)
+    os.write(2, b"loc(fused): error: 'tf.AsString' op is neither a custom op nor a flex op\n")
+    os.write(2, b"F0000 00:00:1795688891.1 20085 x.cc:1] Check failed: a == b\n")
+    print("own line", flush=True)
+  out, err = capfd.readouterr()
+  assert out == "own line\n"
+  assert err == ("F0000 00:00:1795688891.1 20085 x.cc:1] Check failed: a == b\n"
+                 "loc(fused): error: 'tf.AsString' op is neither a custom op nor a flex op\n")
+  assert all(console.LOG_LINE.match(line.decode()) for _, line in noise)
+  with pytest.raises(ValueError), console.native_logs_hidden():
+    os.write(2, b"error: failed while converting: 'main'\n")
+    raise ValueError("conversion failed (op tf.AsString)")
+  assert capfd.readouterr() == ("", "")
+  monkeypatch.setattr(console, "_verbose", True)  # --verbose: everything, as written
+  with console.native_logs_hidden():
+    os.write(2, noise[1][1])
+  assert capfd.readouterr().err == noise[1][1].decode()

@@ -2,7 +2,7 @@
 
 import pytest
 
-from electra_tf.finetuning import classification, registry, tagging
+from electra_tf.finetuning import classification, registry, tagging, wordpiece
 from electra_tf.finetuning.task_base import DataError
 
 SEQ = 128
@@ -58,10 +58,10 @@ def test_double_unordered_swaps_pairs(data_dir, tokenizer):
 
 def test_pair_truncation_pops_longer_side(tokenizer):
   a, b = list("abcdefgh"), list("xyz")
-  classification.truncate_seq_pair(a, b, 6)
+  wordpiece.truncate_seq_pair(a, b, 6)
   assert (a, b) == (list("abc"), list("xyz"))
   a, b = list("ab"), list("xy")
-  classification.truncate_seq_pair(a, b, 3)  # tie: pops b first
+  wordpiece.truncate_seq_pair(a, b, 3)  # tie: pops b first
   assert (a, b) == (list("ab"), list("x"))
 
 
@@ -139,7 +139,7 @@ def test_tagging_official_truncation_budget(tokenizer, tmp_path):
 
 
 def test_tokenize_and_align_keeps_words_whole(tokenizer):
-  aligned = tagging.tokenize_and_align(tokenizer, ["Caf\u00e9", "near-record", "\u4e2d\u56fd"])
+  aligned = wordpiece.tokenize_and_align(tokenizer, ["Caf\u00e9", "near-record", "\u4e2d\u56fd"])
   assert aligned[0] == ["[CLS]"] and aligned[-1] == ["[SEP]"]
   assert aligned[1] == tokenizer.tokenize("cafe")
   assert aligned[2] == ["near", "-", "record"]

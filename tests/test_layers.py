@@ -12,7 +12,7 @@ PACKAGE = pathlib.Path(__file__).resolve().parent.parent / "electra_tf"
 LAYERS = [
     ("foundations", ["electra_tf", "electra_tf.modeling.bert_config"]),
     ("model reading", ["electra_tf.reading.model_dir", "electra_tf.reading.hf_import",
-                       "electra_tf.reading.model_source"]),
+                       "electra_tf.reading.model_source", "electra_tf.reading.model_tasks"]),
     ("modeling", ["electra_tf.modeling"]),
     ("generic training", ["electra_tf.training"]),
     ("pre-training", ["electra_tf.pretraining"]),
@@ -20,7 +20,7 @@ LAYERS = [
     ("run wiring", ["electra_tf.pretraining.task", "electra_tf.finetuning.runner",
                     "electra_tf.finetuning.trials"]),
     ("interop exports", ["electra_tf.interop"]),
-    ("entry points", ["electra_tf.convert", "electra_tf.learning_curves"]),
+    ("entry points", ["electra_tf.convert", "electra_tf.learning_curves", "electra_tf.predict"]),
 ]
 
 

@@ -14,8 +14,15 @@ from typing import Any, ClassVar
 
 from electra_tf.finetuning import scorers
 from electra_tf.finetuning.features import FeatureSpec
-from electra_tf.finetuning.task_base import BuiltInTask, Task, data_error
+from electra_tf.finetuning.task_base import (
+  BuiltInTask,
+  Task,
+  check_defined,
+  data_error,
+  scorer_fields,
+)
 from electra_tf.finetuning.task_heads import ClassificationHead, RegressionHead
+from electra_tf.finetuning.wordpiece import sentence_features
 
 _DEBUG_MAX_LINES = 100
 
@@ -52,15 +59,6 @@ def read_tsv(path: str, max_lines: int | None = None) -> list[tuple[int, list[st
         break
       rows.append((reader.line_num, row))
   return rows
-
-
-def truncate_seq_pair(tokens_a: list[str], tokens_b: list[str], max_length: int) -> None:
-  """Pops tokens from the end of the longer list (``b`` on ties) until the total fits."""
-  while len(tokens_a) + len(tokens_b) > max_length:
-    if len(tokens_a) > len(tokens_b):
-      tokens_a.pop()
-    else:
-      tokens_b.pop()
 
 
 class SingleOutputTask(Task):
@@ -142,27 +140,10 @@ class SingleOutputTask(Task):
 
   # --- features ------------------------------------------------------------------------------
   def featurize(self, example: InputExample, is_training: bool = False) -> list[dict[str, Any]]:
-    tokens_a = self.tokenizer.tokenize(example.text_a)
-    tokens_b = self.tokenizer.tokenize(example.text_b) if example.text_b else None
-    self.note_length(len(tokens_a) + (len(tokens_b) + 3 if tokens_b else 2))
-    if tokens_b:
-      truncate_seq_pair(tokens_a, tokens_b, self.max_seq_length - 3)
-    else:
-      tokens_a = tokens_a[:self.max_seq_length - 2]
-    tokens = ["[CLS]", *tokens_a, "[SEP]"]
-    segment_ids = [0] * len(tokens)
-    if tokens_b:
-      tokens += [*tokens_b, "[SEP]"]
-      segment_ids += [1] * (len(tokens_b) + 1)
-    input_ids = list(self.tokenizer.convert_tokens_to_ids(tokens))
-    pad = self.max_seq_length - len(input_ids)
-    features = {
-        "input_ids": input_ids + [0] * pad,
-        "input_mask": [1] * len(input_ids) + [0] * pad,
-        "segment_ids": segment_ids + [0] * pad,
-        "task_id": self.task_id,
-        self.name + "_eid": example.eid,
-    }
+    features, n_tokens = sentence_features(self.tokenizer, example.text_a, example.text_b,
+                                           self.max_seq_length)
+    self.note_length(n_tokens)
+    features.update({"task_id": self.task_id, self.name + "_eid": example.eid})
     features.update(self.label_features(example))
     return [features]
 
@@ -176,8 +157,16 @@ class SingleOutputTask(Task):
 class ClassificationTask(SingleOutputTask):
   """One categorical label per example; accuracy unless the task says otherwise."""
 
+  kind = "classification"
   label_list: tuple[str, ...] = ("0", "1")
   scorer_class: ClassVar[type[scorers.Scorer]] = scorers.AccuracyScorer
+
+  def definition(self) -> dict[str, Any]:
+    return {**super().definition(), "labels": list(self.label_list),
+            **scorer_fields(self.get_scorer())}
+
+  def use_definition(self, definition: dict[str, Any]) -> None:
+    check_defined(self.name, "labels", definition["labels"], list(self.label_list))
 
   def dummy_label(self) -> str:
     return self.label_list[0]
@@ -204,8 +193,17 @@ class ClassificationTask(SingleOutputTask):
 class RegressionTask(SingleOutputTask):
   """A real-valued score in [min_value, max_value], target ``(score - min) / max`` (official)."""
 
+  kind = "regression"
   min_value: float = 0.0
   max_value: float = 1.0
+
+  def definition(self) -> dict[str, Any]:
+    return {**super().definition(), "range": [self.min_value, self.max_value],
+            **scorer_fields(self.get_scorer())}
+
+  def use_definition(self, definition: dict[str, Any]) -> None:
+    check_defined(self.name, "score range", definition["range"],
+                  [self.min_value, self.max_value])
 
   def dummy_label(self) -> float:
     return 0.0

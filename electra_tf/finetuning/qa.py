@@ -148,6 +148,7 @@ class QATask(Task):
   """Span-extraction QA task; ``v2`` questions may be unanswerable (SQuAD 2.0; default: the
   class's ``v2``)."""
 
+  kind = "span_qa"
   v2: bool = False
 
   def __init__(self, name: str, raw_data_dir: str, tokenizer: Any, max_seq_length: int,

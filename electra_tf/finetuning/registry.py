@@ -10,7 +10,7 @@ takes the ones it uses; a name no task uses is an error).
 from __future__ import annotations
 
 import os
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 from electra_tf.config import FinetuningConfig
@@ -109,6 +109,43 @@ def get_tasks(task_names: Sequence[str], tokenizer: Any, data_dir: str, max_seq_
     raise ValueError(f"Duplicate task names in {list(task_names)}")
   return [get_task(name, tokenizer, data_dir, max_seq_length, i, debug, raw_dir, **options)
           for i, (name, raw_dir) in enumerate(zip(task_names, raw_dirs, strict=True))]
+
+
+def model_tasks(config: FinetuningConfig, definitions: Mapping[str, dict] | None,
+                model: str, data_dir: str | None = None) -> list[Task]:
+  """The tasks of a fine-tuned ``model`` (its ``config.task_names``) as its ``tasks.json``
+  ``definitions`` define them: labels, tag ids and score ranges from the model, rows (dev
+  rows, calibration) from ``<data_dir>/finetuning_data/<task>`` or else the folder it was
+  trained on, when there. Without definitions (a model from before ``tasks.json``) the data
+  folder defines them, as for training; with neither, a one-line error says what to pass."""
+  if definitions is None:
+    if data_dir:
+      return build_tasks(config)
+    raise ValueError(f"{model} has no tasks.json to define its tasks "
+                     f"({', '.join(config.task_names)}): pass --data_dir, the data_dir it was "
+                     "fine-tuned with (finetuning_data/<task>/ holds each task's files)")
+  missing = [name for name in config.task_names if name not in definitions]
+  if missing:
+    raise ValueError(f"tasks.json of {model} does not define task '{missing[0]}' (it defines "
+                     f"{', '.join(definitions)})")
+  tokenizer = make_tokenizer(config.vocab_file, config.do_lower_case)
+  options = {k: getattr(config, k) for k in TASK_OPTIONS}
+  tasks = []
+  for task_id, name in enumerate(config.task_names):
+    definition = definitions[name]
+    raw_dir = raw_data_dir(data_dir, name) if data_dir else definition["data"]
+    if "task_json" in definition:
+      spec = user_spec.parse_spec(definition["task_json"],
+                                  os.path.join(raw_dir, user_spec.TASK_FILE))
+      task = user_tasks.make_user_task(
+          name, raw_dir, tokenizer, config.max_seq_length, task_id, config.debug,
+          options["double_unordered"], spec=spec)
+    else:
+      task = get_task(name, tokenizer, data_dir or "", config.max_seq_length, task_id,
+                      config.debug, raw_dir, **options)
+    task.use_definition(definition)
+    tasks.append(task)
+  return tasks
 
 
 def build_tasks(config: FinetuningConfig, use_tfds: bool = False) -> list[Task]:

@@ -22,6 +22,7 @@ from electra_tf.finetuning import finetuning_model as model_lib
 from electra_tf.finetuning.classification import read_tsv
 from electra_tf.finetuning.preprocessing import Preprocessor
 from electra_tf.finetuning.task_base import Task
+from electra_tf.reading.model_tasks import write_tasks
 
 LOGGED_TRAIN_LOSS = "loss_mean_per_example"
 
@@ -75,6 +76,8 @@ class ModelRunner:
     """Trains for the official number of steps; returns it."""
     c = self.config
     path, n_records = self.pre.prepare(self.tasks, "train", is_training=True)
+    for folder in (self.model_dir, os.path.join(self.model_dir, "tf1")):  # beside hparams.json
+      write_tasks(folder, [task.definition() for task in self.tasks])
     steps = model_lib.num_train_steps(n_records, c.train_batch_size, c.num_train_epochs)
     with self.strategy.scope():
       optimizer = model_lib.create_finetuning_optimizer(c, steps, self.model.n_transformer_layers)

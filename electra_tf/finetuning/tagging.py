@@ -3,8 +3,7 @@
 Raw files: ``<raw_data_dir>/{train,dev,test}.txt``, one ``word ... tag`` line per word, blank
 lines between sentences, ``-DOCSTART-`` lines ignored. Chunk tags are converted to BIOES; the
 label mapping is the sorted set of BIOES tags over every split present (cached as JSON).
-Each word is labelled at its first word piece (``tokenize_and_align``, the official word-level
-tokenisation of the tagging tasks); ``segment_ids`` is 1 for every real token.
+Each word is labelled at its first word piece; ``segment_ids`` is 1 for every real token.
 """
 
 from __future__ import annotations
@@ -12,66 +11,19 @@ from __future__ import annotations
 import dataclasses
 import json
 import os
-import unicodedata
 from collections.abc import Sequence
 from typing import Any
 
 from electra_tf.finetuning import scorers
 from electra_tf.finetuning.features import FeatureSpec
 from electra_tf.finetuning.scorers import get_span_labels, get_tags
-from electra_tf.finetuning.task_base import Task, data_error
+from electra_tf.finetuning.task_base import Task, data_error, scorer_fields
 from electra_tf.finetuning.task_heads import TaggingHead
-from electra_tf.tokenization import clean_text, is_punctuation
+from electra_tf.finetuning.wordpiece import word_features
 
 LABEL_ENCODING = "BIOES"
 _SPLITS = ("train", "dev", "test")
 _DEBUG_MAX_SENTENCES = 100
-
-
-# ----- word-aligned WordPieces (official ``tokenize_and_align``) -----------------------------
-
-SPECIAL_WORDS = ("[CLS]", "[SEP]")
-
-
-def strip_accents(text: str) -> str:
-  """NFD, then drop combining marks (category Mn)."""
-  return "".join(c for c in unicodedata.normalize("NFD", text) if unicodedata.category(c) != "Mn")
-
-
-def split_on_punctuation(text: str) -> list[str]:
-  """Every punctuation character becomes its own piece; other runs stay together."""
-  pieces: list[str] = []
-  start_new = True
-  for ch in text:
-    if is_punctuation(ch):
-      pieces.append(ch)
-      start_new = True
-    else:
-      if start_new:
-        pieces.append("")
-        start_new = False
-      pieces[-1] += ch
-  return pieces
-
-
-def tokenize_and_align(tokenizer, words: Sequence[str], cased: bool = False) -> list[list[str]]:
-  """WordPieces of ``[CLS] + words + [SEP]``, one list per word (official tagging alignment).
-
-  Unlike ``tokenizer.tokenize`` this never splits a word on whitespace or around CJK
-  characters, and lower-cases / strips accents unless ``cased`` (whatever the tokenizer's
-  ``do_lower_case``), exactly as the official ``tagging_tasks.tokenize_and_align``.
-  """
-  aligned = []
-  for word in ["[CLS]", *words, "[SEP]"]:
-    word = clean_text(word)
-    if word in SPECIAL_WORDS:
-      pieces = [word]
-    else:
-      if not cased:
-        word = strip_accents(word.lower())
-      pieces = split_on_punctuation(word)
-    aligned.append([wp for piece in pieces for wp in tokenizer.wordpiece_tokenizer.tokenize(piece)])
-  return aligned
 
 
 @dataclasses.dataclass
@@ -128,6 +80,8 @@ def to_encoding(tags: Sequence[str], encoding: str = LABEL_ENCODING) -> list[str
 class TaggingTask(Task):
   """Word-level tagging; ``is_token_level`` tasks keep tags as-is, span tasks use BIOES."""
 
+  kind = "tagging"
+
   def __init__(self, name: str, raw_data_dir: str, tokenizer: Any, max_seq_length: int,
                task_id: int = 0, debug: bool = False, is_token_level: bool = False,
                label_mapping_path: str | None = None):
@@ -174,6 +128,15 @@ class TaggingTask(Task):
             json.dump(self._label_mapping, f, indent=0, sort_keys=True)
     return self._label_mapping
 
+  def definition(self) -> dict[str, Any]:
+    mapping = self.label_mapping
+    return {**super().definition(), "labels": sorted(mapping, key=mapping.get),
+            "spans": not self.is_token_level, **scorer_fields(self.get_scorer())}
+
+  def use_definition(self, definition: dict[str, Any]) -> None:
+    """The model's tag ids win over the data's (a changed data folder cannot renumber them)."""
+    self._label_mapping = {tag: i for i, tag in enumerate(definition["labels"])}
+
   def get_examples(self, split: str) -> list[TaggingExample]:
     path, sentences = self._sentences(split)
     mapping = self.label_mapping
@@ -188,33 +151,17 @@ class TaggingTask(Task):
     return examples
 
   def featurize(self, example: TaggingExample, is_training: bool = False) -> list[dict[str, Any]]:
-    words_to_tokens = tokenize_and_align(self.tokenizer, example.words)
-    vocab = self.tokenizer.vocab
-    input_ids: list[int] = []
-    tagged_positions: list[int] = []
-    for word_tokens in words_to_tokens:
-      # Official budget check: counts every word (with [CLS]/[SEP]) plus the tokens so far, so
-      # it truncates long sentences earlier than the sequence length requires.
-      if len(words_to_tokens) + len(input_ids) + 1 > self.max_seq_length:
-        input_ids.append(vocab["[SEP]"])
-        break
-      if "[CLS]" not in word_tokens and "[SEP]" not in word_tokens:
-        tagged_positions.append(len(input_ids))
-      input_ids.extend(vocab[t] for t in word_tokens)
-
-    def pad(x):
-      return list(x) + [0] * (self.max_seq_length - len(x))
-
-    n = self.name
+    features = word_features(self.tokenizer, example.words, self.max_seq_length)
+    n, seq = self.name, self.max_seq_length
     return [{
-        "input_ids": pad(input_ids),
-        "input_mask": pad([1] * len(input_ids)),
-        "segment_ids": pad([1] * len(input_ids)),
+        "input_ids": features["input_ids"],
+        "input_mask": features["input_mask"],
+        "segment_ids": features["segment_ids"],
         "task_id": self.task_id,
         n + "_eid": example.eid,
-        n + "_labels": pad(example.labels[:self.max_seq_length]),
-        n + "_labels_mask": pad([1.0] * len(tagged_positions)),
-        n + "_labeled_positions": pad(tagged_positions),
+        n + "_labels": (example.labels[:seq] + [0] * seq)[:seq],
+        n + "_labels_mask": [1.0] * features["n_words"] + [0.0] * (seq - features["n_words"]),
+        n + "_labeled_positions": features["labeled_positions"],
     }]
 
   def feature_specs(self) -> list[FeatureSpec]:

@@ -9,9 +9,10 @@ from __future__ import annotations
 
 import abc
 import os
-from typing import Any, ClassVar
+from typing import TYPE_CHECKING, Any, ClassVar
 
-from electra_tf.finetuning.features import FeatureSpec
+if TYPE_CHECKING:  # the task interface itself needs no TensorFlow (read by on-device code)
+  from electra_tf.finetuning.features import FeatureSpec
 
 
 class DataError(ValueError):
@@ -21,6 +22,23 @@ class DataError(ValueError):
 def data_error(path: str, message: str, line: int | None = None) -> DataError:
   where = f"{path}:{line}" if line is not None else path
   return DataError(f"{where}: {message}")
+
+
+def scorer_fields(scorer: Any) -> dict[str, Any]:
+  """How a definition names a task's scorer: {"scorer": "scorers.AccuracyScorer"} (module and
+  class), with "metrics" for a scorer of named metrics (``user.scoring``)."""
+  cls = type(scorer)
+  fields: dict[str, Any] = {"scorer": f"{cls.__module__.rsplit('.', 1)[-1]}.{cls.__name__}"}
+  if getattr(scorer, "metrics", None):
+    fields["metrics"] = list(scorer.metrics)
+  return fields
+
+
+def check_defined(task: str, what: str, stored: Any, own: Any) -> None:
+  """One line when the model's stored ``what`` (labels, score range) is not the task's."""
+  if stored != own:
+    raise ValueError(f"task '{task}': the model was fine-tuned with {what} {stored} but the "
+                     f"task has {own}")
 
 
 class Task(abc.ABC):
@@ -35,6 +53,10 @@ class Task(abc.ABC):
     task_id: index of this task in the run's task list (feature ``task_id``).
     debug: official ``debug`` mode (reads only the first few rows / ``-debug`` files).
   """
+
+  # What the task predicts: "classification", "regression", "tagging" or "span_qa"; the
+  # export signatures follow from it (``interop.signatures``).
+  kind: ClassVar[str]
 
   def __init__(self, name: str, raw_data_dir: str, tokenizer: Any, max_seq_length: int,
                task_id: int = 0, debug: bool = False):
@@ -78,6 +100,17 @@ class Task(abc.ABC):
   @abc.abstractmethod
   def get_scorer(self, split: str = "dev"):
     """A fresh scorer for ``split``."""
+
+  def definition(self) -> dict[str, Any]:
+    """What defines this task's outputs, as JSON values (a fine-tuned model directory's
+    ``tasks.json``): name, kind, the data folder it was trained on; subclasses add their
+    labels / score range and scorer."""
+    return {"name": self.name, "kind": self.kind, "data": os.path.abspath(self.raw_data_dir)}
+
+  def use_definition(self, definition: dict[str, Any]) -> None:
+    """Takes the labels (tag ids, score range) a model was trained with from its
+    ``definition``; a contradiction with the task's own is a one-line ValueError."""
+    return None  # span QA: nothing to take (its options are hparams)
 
   def __repr__(self) -> str:
     return f"Task({self.name})"

@@ -20,9 +20,11 @@ as stored, a training checkpoint's restored into the ``optimizer`` of its hparam
 ``<output_dir>`` and each of these folders hold ``hparams.json`` and ``vocab.txt``
 (``electra_tf.reading.model_dir``); the hf/ folders the tokenizer files and every SavedModel
 ``assets/vocab.txt``. With ``task_names`` in the hparams the checkpoint is a fine-tuned model:
-the SavedModel then has the task signatures (``classify``, ``squad``, ``tag``) and
-``--data_dir`` names the fine-tuning data layout. ``--litert`` (fine-tuned models) adds
-``<output_dir>/litert/`` and ``--keras_hub`` ``<output_dir>/keras_hub/`` (see
+the SavedModel then has the task signatures (``classify``, ``squad``, ``tag``), the tasks are
+defined by the model's ``tasks.json`` (``electra_tf.reading.model_tasks``; every output gets a
+copy) and ``--data_dir`` is needed only for a model without one, or for rows from elsewhere.
+``--litert`` (fine-tuned models) adds ``<output_dir>/litert/``, each variant measured on the
+tasks' dev rows, and ``--keras_hub`` ``<output_dir>/keras_hub/`` (see
 ``electra_tf.interop.deploy_exports``).
 """
 
@@ -55,7 +57,7 @@ from electra_tf.interop.saved_model import export_encoder_saved_model, export_sa
 from electra_tf.optimization import create_optimizer
 from electra_tf.pretraining.builder import build_pretraining_model
 from electra_tf.pretraining.pretraining_model import PretrainingModel
-from electra_tf.reading import hf_import, model_dir, model_source
+from electra_tf.reading import hf_import, model_dir, model_source, model_tasks
 
 FLAGS = flags.FLAGS
 EXPORTS = ("tf1", "tf2", "saved_model", "encoder", "hf")  # the folders under --output_dir
@@ -67,8 +69,9 @@ def define_flags() -> None:
                       "TF1 checkpoint prefix or directory, or a TF2 checkpoint.")
   flags.DEFINE_string("hparams", "{}", "Pre-training hparams: JSON dict or path to a JSON file.")
   flags.DEFINE_string("output_dir", None, "Where tf2/, saved_model/, tf1/ and hf/ are written.")
-  flags.DEFINE_string("data_dir", None, "Fine-tuned models only (hparams with task_names): the "
-                      "official data_dir with vocab.txt and finetuning_data/<task>/ (label lists).")
+  flags.DEFINE_string("data_dir", None, "Fine-tuned models only: a data_dir with "
+                      "finetuning_data/<task>/, for the tasks' rows (int8_full calibration, dev "
+                      "rows measured by --litert) and for models without tasks.json (labels).")
   flags.DEFINE_string("generator_checkpoint", None, "A Hugging Face ElectraForMaskedLM folder "
                       "to pair with a Hugging Face discriminator --checkpoint.")
   flags.DEFINE_string("vocab_file", None, "vocab.txt to ship with the exports (default: the "
@@ -77,6 +80,8 @@ def define_flags() -> None:
                     "(skipped for Electric, which has no Hugging Face class).")
   flags.DEFINE_list("litert", [], "Fine-tuned models only: also write LiteRT models under "
                     "<output_dir>/litert (float32, float16, int8, int8_full; default, all).")
+  flags.DEFINE_integer("litert_dev_rows", deploy_exports.DEV_ROWS, "--litert: each variant is "
+                       "measured against float32 on this many dev rows per task (0: none).")
   flags.DEFINE_bool("keras_hub", False, "Also write a keras-hub ElectraBackbone / "
                     "ElectraTokenizer preset under <output_dir>/keras_hub.")
   flags.DEFINE_bool("overwrite", False, "Replace a non-empty --output_dir whole (the new export "
@@ -197,15 +202,19 @@ def log_tf1_slots(variables: dict[str, object], slots: dict[str, object]) -> Non
 
 
 def write_model_files(output_dir: str, config: object, vocab_file: str | None,
-                      hf_folders: list[str] = ()) -> None:
-  """``hparams.json`` + ``vocab.txt`` into ``output_dir`` and each of its exports, and the
-  tokenizer files into each Hugging Face folder, so every output describes itself."""
+                      hf_folders: list[str] = (), tasks: list = ()) -> None:
+  """``hparams.json`` + ``vocab.txt`` (and a fine-tuned model's ``tasks.json``) into
+  ``output_dir`` and each of its exports, and the tokenizer files into each Hugging Face
+  folder, so every output describes itself."""
   if not vocab_file:
     console.log("no vocab.txt beside the checkpoint: the exports get none (pass --vocab_file)")
+  definitions = [task.definition() for task in tasks]
   for sub in ("",) + EXPORTS:
     folder = os.path.join(output_dir, sub)
     if os.path.isdir(folder):
       model_dir.write_model_files(folder, config, vocab_file)
+      if definitions:
+        model_tasks.write_tasks(folder, definitions)
   for folder in hf_folders if vocab_file else ():
     write_tokenizer_files(folder, vocab_file, config.do_lower_case,
                           get_bert_config(config).max_position_embeddings)
@@ -228,14 +237,16 @@ def finetuned_config(checkpoint: str, hparams: str | dict, output_dir: str,
   return FinetuningConfig("convert", data_dir or output_dir, **merged), source
 
 
-def convert_finetuned(checkpoint: str, hparams: str | dict, output_dir: str,
-                      data_dir: str | None = None) -> dict[str, object]:
-  """A fine-tuned checkpoint (ours, TF2 or TF1 names) -> ``tf2/``, ``saved_model/`` with the
-  task signatures (``classify`` / ``squad`` / ``tag``, see ``finetuned_saved_model``),
-  ``encoder/`` (TF-Hub style) and ``tf1/``. ``data_dir`` gives vocab.txt and the task folders
-  (label lists), as for ``run_finetuning.py``."""
-  config, source = finetuned_config(checkpoint, hparams, output_dir, data_dir)
-  tasks = registry.build_tasks(config)
+def load_finetuned(checkpoint: str, hparams: str | dict, scratch_dir: str,
+                   data_dir: str | None = None
+                   ) -> tuple[FinetuningModel, list, FinetuningConfig, model_source.LoadedModel,
+                              checkpoints.LoadReport]:
+  """A fine-tuned checkpoint (ours, TF2 or TF1 names) built and filled: (model, its tasks as
+  its ``tasks.json`` defines them, config, the opened checkpoint, the load report).
+  ``data_dir`` (optional) gives the tasks' rows (dev rows, calibration); ``scratch_dir`` is
+  the config's data_dir when it is not given (nothing is written there)."""
+  config, source = finetuned_config(checkpoint, hparams, scratch_dir, data_dir)
+  tasks = registry.model_tasks(config, model_tasks.read_tasks(checkpoint), checkpoint, data_dir)
   model = create_model(config, tasks)
   loaded = source.model or model_source.load_model(checkpoint)
   report = load_init_checkpoint(model, loaded)
@@ -243,6 +254,17 @@ def convert_finetuned(checkpoint: str, hparams: str | dict, output_dir: str,
     raise ValueError(f"checkpoint {checkpoint} lacks {len(report.missing)} task-head "
                      f"variable(s), first: {report.missing[0]} (is it a fine-tuned checkpoint "
                      "of these task_names?)")
+  return model, tasks, config, loaded, report
+
+
+def convert_finetuned(checkpoint: str, hparams: str | dict, output_dir: str,
+                      data_dir: str | None = None) -> dict[str, object]:
+  """A fine-tuned checkpoint -> ``tf2/``, ``saved_model/`` with the task signatures
+  (``classify`` / ``squad`` / ``tag``, see ``finetuned_saved_model``), ``encoder/`` (TF-Hub
+  style) and ``tf1/``, each with ``tasks.json``. The tasks are defined by the model's
+  ``tasks.json``; ``data_dir`` (as for ``run_finetuning.py``) is needed only without one."""
+  model, tasks, config, loaded, report = load_finetuned(checkpoint, hparams, output_dir,
+                                                        data_dir)
   variables = model.tf1_variables()
   slots: dict[str, object] = {}  # optimizer slots by official name, for tf1/
   if loaded.kind == model_source.TF1:
@@ -267,7 +289,7 @@ def write_finetuned_exports(model: FinetuningModel, tasks: list, variables: dict
   tf1_prefix = checkpoints.save_tf1_checkpoint({**variables, **slots},
                                                os.path.join(output_dir, "tf1"))
   log_tf1_slots(variables, slots)
-  write_model_files(output_dir, config, config.vocab_file)
+  write_model_files(output_dir, config, config.vocab_file, tasks=tasks)
   return {"tf2": tf2_prefix, "saved_model": saved_model, "signatures": sorted(signatures),
           "tf1": tf1_prefix, "hf": None}
 
@@ -296,7 +318,7 @@ def main(argv):
       result = convert(FLAGS.checkpoint, FLAGS.hparams, stage, hf=FLAGS.hf,
                        generator_checkpoint=FLAGS.generator_checkpoint,
                        vocab_file=FLAGS.vocab_file)
-    deploy_exports.export_extras(stage, result, litert, FLAGS.keras_hub)
+    deploy_exports.export_extras(stage, result, litert, FLAGS.keras_hub, FLAGS.litert_dev_rows)
   result = staged_output.relocate(result, stage, FLAGS.output_dir)
   encoder = os.path.join(FLAGS.output_dir, "encoder")
   lines = [f"  tf2/          {result['tf2']}",

@@ -13,11 +13,17 @@ from collections.abc import Sequence
 from typing import Any
 
 from electra_tf.config import get_bert_config
-from electra_tf.finetuning.classification import SingleOutputTask
-from electra_tf.finetuning.tagging import TaggingTask
-from electra_tf.interop import litert_export
-from electra_tf.interop.keras_hub_export import KERAS_HUB_DIR, MISSING, export_preset
+from electra_tf.interop import litert_eval, litert_export, signatures
+from electra_tf.interop.keras_hub_export import (
+  KERAS_HUB_DIR,
+  MISSING,
+  export_preset,
+  measure_difference,
+  sample_inputs,
+)
 from electra_tf.reading import model_dir
+
+DEV_ROWS = 1000  # dev rows per task on which convert --litert measures each variant
 
 
 def check_requests(litert: Sequence[str], keras_hub: bool, checkpoint: str,
@@ -39,46 +45,54 @@ def check_requests(litert: Sequence[str], keras_hub: bool, checkpoint: str,
   return variants
 
 
-def _signature_of(task: Any, signatures: Sequence[str]) -> str:
-  """The SavedModel signature name of ``task`` (see ``interop.finetuned_saved_model``)."""
-  family = ("classify" if isinstance(task, SingleOutputTask) else
-            "tag" if isinstance(task, TaggingTask) else "squad")
-  return family if family in signatures else f"{family}_{task.name}"
-
-
 def _vocab(output_dir: str) -> str | None:
   path = os.path.join(output_dir, model_dir.VOCAB_FILE)
   return path if os.path.exists(path) else None
 
 
-def export_litert(output_dir: str, result: dict[str, Any], variants: Sequence[str]
-                  ) -> dict[str, Any]:
-  """``<output_dir>/litert/`` for the fine-tuned model ``convert_finetuned`` returned."""
+def export_litert(output_dir: str, result: dict[str, Any], variants: Sequence[str],
+                  dev_rows: int = DEV_ROWS) -> dict[str, Any]:
+  """``<output_dir>/litert/`` for the fine-tuned model ``convert_finetuned`` returned, each
+  variant measured on the first ``dev_rows`` dev rows of each task (``litert_eval``)."""
   tasks, config = result["tasks"], result["config"]
-  names = {t.name: _signature_of(t, result["signatures"]) for t in tasks}
+  names = signatures.signature_names({t.name: t.kind for t in tasks})
   representative = None
   if "int8_full" in variants:  # calibrated on each task's train split
     representative = litert_export.representative_inputs(
-        {names[t.name]: t for t in tasks if names[t.name].startswith(("classify", "tag"))})
-  return litert_export.export_litert(
+        {names[t.name]: t for t in tasks if t.kind in signatures.LITERT_KINDS})
+  written = litert_export.export_litert(
       output_dir, tasks, names, config.max_seq_length, variants, _vocab(output_dir),
       config.do_lower_case, representative)
+  if written["files"] and dev_rows > 0:
+    exported = {t: n for t, n in names.items() if n in written["signatures"]}
+    written["dev"] = litert_eval.measure(os.path.join(output_dir, "saved_model"),
+                                         written["files"], tasks, exported, dev_rows)
+    litert_export.update_spec(written["dir"], {"dev": written["dev"]})
+  return written
 
 
 def export_keras_hub(output_dir: str, result: dict[str, Any]) -> str:
-  """``<output_dir>/keras_hub/``, the keras-hub preset of the model's encoder."""
+  """``<output_dir>/keras_hub/``, the keras-hub preset of the model's encoder; its difference
+  from our encoder goes into ``result["keras_hub_difference"]``."""
   config = result["config"]
   bert = get_bert_config(config)
-  return export_preset(result["tf1"], os.path.join(output_dir, KERAS_HUB_DIR),
-                       bert.num_attention_heads, _vocab(output_dir), config.do_lower_case,
-                       bert.hidden_act)
+  preset = export_preset(result["tf1"], os.path.join(output_dir, KERAS_HUB_DIR),
+                         bert.num_attention_heads, _vocab(output_dir), config.do_lower_case,
+                         bert.hidden_act)
+  encoder = os.path.join(output_dir, "encoder")
+  if os.path.isdir(encoder):
+    inputs, what = sample_inputs(result.get("tasks", []), bert.vocab_size,
+                                 bert.max_position_embeddings)
+    result["keras_hub_difference"] = {"max": measure_difference(preset, encoder, inputs),
+                                      "inputs": what}
+  return preset
 
 
 def export_extras(output_dir: str, result: dict[str, Any], litert: Sequence[str],
-                  keras_hub: bool) -> None:
+                  keras_hub: bool, dev_rows: int = DEV_ROWS) -> None:
   """Adds ``result["litert"]`` / ``result["keras_hub"]`` after writing what was asked for."""
   if litert:
-    result["litert"] = export_litert(output_dir, result, litert)
+    result["litert"] = export_litert(output_dir, result, litert, dev_rows)
   if keras_hub:
     result["keras_hub"] = export_keras_hub(output_dir, result)
 
@@ -94,6 +108,12 @@ def summary_lines(result: dict[str, Any]) -> list[str]:
     if litert["failed"]:
       line += f"; failed: {', '.join(f'{v} ({why})' for v, why in litert['failed'].items())}"
     lines.append(line)
+    lines += litert_eval.summary_lines(litert.get("dev", {}))
   if result.get("keras_hub"):
     lines.append(f"  keras_hub/    {result['keras_hub']}")
+  if result.get("keras_hub_difference"):
+    diff = result["keras_hub_difference"]
+    lines.append(f"    sequence_output within {diff['max']:.1e} of ours on {diff['inputs']} "
+                 "(keras-hub's ElectraBackbone computes GELU by its tanh approximation, "
+                 "ELECTRA exactly)")
   return lines

@@ -23,8 +23,9 @@ tokenised and featurised inside the graph (``electra_tf.text_graph``, the ids of
 ``FullTokenizer``, padded to ``max_seq_length``); loading it needs ``import tensorflow_text``.
 The vocabulary also ships as ``assets/vocab.txt``.
 
-A signature is named after its family (``classify``, ``squad``, ``tag``) when it is the only
-task of that family in the model, else ``<family>_<task>`` (e.g. ``classify_rte``).
+Signature names come from the one table in ``electra_tf.interop.signatures``: the family
+(``classify``, ``squad``, ``tag``) when it is the only task of that family in the export, else
+``<family>_<task>`` (e.g. ``classify_rte``).
 """
 
 from __future__ import annotations
@@ -35,26 +36,10 @@ from typing import Any
 import tensorflow as tf
 
 from electra_tf.finetuning import task_heads as heads_lib
+from electra_tf.interop import signatures
 from electra_tf.interop.saved_model import attach_vocab
 
 _IDS = tf.TensorSpec([None, None], tf.int32)
-
-
-def _family(head: Any) -> str:
-  if isinstance(head, (heads_lib.ClassificationHead, heads_lib.RegressionHead)):
-    return "classify"
-  if isinstance(head, heads_lib.SpanQAHead):
-    return "squad"
-  if isinstance(head, heads_lib.TaggingHead):
-    return "tag"
-  raise ValueError(f"no export signature for head {type(head).__name__}")
-
-
-def signature_names(model: Any) -> dict[str, str]:
-  """Task name -> signature name (see the module docstring)."""
-  families = {name: _family(model.heads[name]) for name in model.task_names}
-  counts = {f: list(families.values()).count(f) for f in families.values()}
-  return {name: (f if counts[f] == 1 else f"{f}_{name}") for name, f in families.items()}
 
 
 class FinetunedExport(tf.Module):
@@ -71,7 +56,7 @@ class FinetunedExport(tf.Module):
     if unknown:
       raise ValueError(f"tasks {unknown} have no head in the model ({model.task_names})")
     self._functions: dict[str, tf.types.experimental.PolymorphicFunction] = {}
-    names = signature_names(model)
+    names = signatures.signature_names({name: task.kind for name, task in self._tasks.items()})
     for task_name in self._tasks:
       fn = tf.function(self._make_fn(task_name), input_signature=[_IDS, _IDS, _IDS])
       self._functions[names[task_name]] = fn
@@ -87,10 +72,10 @@ class FinetunedExport(tf.Module):
 
     self.featurizer = TextFeaturizer(vocab_file, do_lower_case, max_seq_length)
     for task_name in self._tasks:
-      name = names[task_name]
-      if not name.startswith("classify"):
+      text_name = signatures.text_signature(names[task_name])
+      if text_name is None:
         continue
-      text_name = name.replace("classify", "classify_text", 1)
+      name = names[task_name]
       fn = tf.function(self._from_text(self._functions[name]), input_signature=TEXT_SIGNATURE)
       self._functions[text_name] = fn
       setattr(self, text_name, fn)

@@ -14,8 +14,10 @@ Task heads and the pre-training heads are not part of a keras-hub backbone and a
 
 Two differences from our encoder, both in keras-hub's fixed architecture:
 
-- its feed-forward uses the tanh approximation of GELU where ELECTRA uses the exact erf form,
-  so ``sequence_output`` differs slightly (measured in docs/deployment.md);
+- its feed-forward uses the tanh approximation of GELU where ELECTRA uses the exact erf form
+  (keras-hub 0.32's ``ElectraBackbone`` hard-codes it and takes no activation argument), so
+  ``sequence_output`` differs slightly: ``measure_difference`` measures it on the exported
+  model at export time (convert prints it);
 - it has a ``pooled_dense`` (tanh) layer that ELECTRA lacks: it is written as the identity, so
   ``pooled_output`` = tanh(the [CLS] vector); ``sequence_output[:, 0]`` is ELECTRA's [CLS]
   vector.
@@ -151,3 +153,43 @@ def export_preset(tf1_prefix: str, out_dir: str, num_heads: int, vocab_file: str
                                                   strip_accents=bool(do_lower_case))
     tokenizer.save_to_preset(out_dir)
   return out_dir
+
+
+def sample_inputs(tasks: list, vocab_size: int, max_length: int, rows: int = 32
+                  ) -> tuple[dict[str, np.ndarray], str]:
+  """(int32 [B, T] encoder inputs, what they are): the first dev rows of the first task that
+  has some, else seeded random token rows (a pre-training model, or no dev rows)."""
+  for task in tasks:
+    try:
+      examples = task.get_examples("dev")[:rows]
+    except (OSError, ValueError):
+      continue
+    features = [task.featurize(e, is_training=False)[0] for e in examples]
+    inputs = {k: np.asarray([f[k] for f in features], np.int32)
+              for k in ("input_ids", "input_mask", "segment_ids")}
+    return inputs, f"{len(features)} {task.name} dev rows"
+  rng = np.random.default_rng(0)
+  length = min(128, max_length)
+  ids = rng.integers(5, vocab_size, [8, length]).astype(np.int32)
+  ones = np.ones_like(ids)
+  return ({"input_ids": ids, "input_mask": ones, "segment_ids": np.zeros_like(ids)},
+          f"8 rows of {length} random tokens")
+
+
+def measure_difference(preset_dir: str, encoder_dir: str, inputs: Mapping[str, np.ndarray]
+                       ) -> float:
+  """max |``sequence_output`` of the preset (keras-hub) - our ``encoder/`` SavedModel's| over
+  the real tokens of ``inputs`` (int32 [B, T])."""
+  import keras_hub
+  import tensorflow as tf
+
+  backbone = keras_hub.models.ElectraBackbone.from_preset(preset_dir)
+  theirs = backbone.predict({"token_ids": inputs["input_ids"],
+                             "segment_ids": inputs["segment_ids"],
+                             "padding_mask": inputs["input_mask"]}, verbose=0)["sequence_output"]
+  encoder = tf.saved_model.load(encoder_dir).signatures["serving_default"]
+  ours = encoder(input_word_ids=tf.constant(inputs["input_ids"]),
+                 input_mask=tf.constant(inputs["input_mask"]),
+                 input_type_ids=tf.constant(inputs["segment_ids"]))["sequence_output"].numpy()
+  mask = np.asarray(inputs["input_mask"]).astype(bool)
+  return float(np.abs(np.asarray(theirs) - ours)[mask].max())

@@ -17,11 +17,13 @@ Variants (``VARIANTS``): ``float32``; ``float16`` (weights stored as float16, co
 float32); ``int8`` (dynamic-range: int8 weights, activations quantised on the fly, no
 calibration data); ``int8_full`` (full-integer: int8 weights and activations calibrated on
 ``representative`` inputs, float kernels where an op has no int8 one).
-Run them with ``ai_edge_litert.interpreter.Interpreter(model_path).get_signature_runner(name)``.
+Run them on raw text with ``electra_tf.interop.litert_runner.LiteRTModel`` (TensorFlow-free),
+or with ``ai_edge_litert.interpreter.Interpreter(model_path).get_signature_runner(name)``.
 """
 
 from __future__ import annotations
 
+import json
 import os
 import re
 import shutil
@@ -29,14 +31,18 @@ import tempfile
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any
 
+import numpy as np
+import tensorflow as tf
+import tensorflow_text  # noqa: F401 -- registers the ops of the raw-text signatures
+
 from electra_tf import atomic_io, console
+from electra_tf.interop import signatures
+from electra_tf.interop.task_outputs import INPUT_NAMES
 
 LITERT_DIR = "litert"
 SPEC_FILE = "litert.json"
 VARIANTS = ("float32", "float16", "int8", "int8_full")
 DEFAULT_VARIANTS = ("float32", "float16", "int8")
-INPUT_NAMES = ("input_ids", "input_mask", "segment_ids")
-_FAMILIES = ("classify", "tag")  # the signature families LiteRT covers (not squad)
 
 
 def parse_variants(values: Sequence[str]) -> list[str]:
@@ -75,29 +81,14 @@ def no_finetuned_head_message(checkpoint: str, hparams: Mapping[str, Any] | None
 
 
 def signature_kinds(tasks: Sequence[Any], signature_names: Mapping[str, str]) -> dict[str, Any]:
-  """Signature name -> {"task", "kind", "labels", "outputs"} for the LiteRT-able tasks."""
-  # local: the module stays free of TensorFlow for LiteRTRunner in TF-less processes
-  from electra_tf.finetuning.classification import ClassificationTask, RegressionTask
-  from electra_tf.finetuning.tagging import TaggingTask
-
+  """Signature name -> the task's definition (``Task.definition``: name, kind, labels or score
+  range, scorer) and its "outputs", for the LiteRT-able tasks (not span QA)."""
   out: dict[str, Any] = {}
   for task in tasks:
-    name = signature_names[task.name]
-    if isinstance(task, ClassificationTask):
-      out[name] = {"task": task.name, "kind": "classification",
-                   "labels": list(task.label_list), "outputs": ["logits", "probabilities"]}
-    elif isinstance(task, RegressionTask):
-      out[name] = {"task": task.name, "kind": "regression",
-                   "range": [float(task.min_value), float(task.max_value)],
-                   "outputs": ["score", "logits"]}
-    elif isinstance(task, TaggingTask):
-      try:
-        mapping = task.label_mapping
-        labels = [t for t, _ in sorted(mapping.items(), key=lambda kv: kv[1])]
-      except (OSError, ValueError):  # no data folder to read the tag set from
-        labels = None
-      out[name] = {"task": task.name, "kind": "tagging", "labels": labels,
-                   "outputs": ["logits", "predictions"]}
+    if task.kind in signatures.LITERT_KINDS:
+      definition = {k: v for k, v in task.definition().items() if k not in ("name", "data")}
+      out[signature_names[task.name]] = {**definition, "task": task.name,
+                                         "outputs": list(signatures.OUTPUTS[task.kind])}
   return out
 
 
@@ -117,8 +108,6 @@ def failure_reason(error: BaseException) -> str:
 def convert_saved_model(saved_model_dir: str, signatures: Sequence[str], variant: str,
                         representative: Callable[[], Iterable[Any]] | None = None) -> bytes:
   """TFLite flatbuffer of the SavedModel's ``signatures`` (fixed shapes) as ``variant``."""
-  import tensorflow as tf
-
   converter = tf.lite.TFLiteConverter.from_saved_model(saved_model_dir,
                                                        signature_keys=list(signatures))
   if variant == "float16":
@@ -133,16 +122,14 @@ def convert_saved_model(saved_model_dir: str, signatures: Sequence[str], variant
     converter.representative_dataset = representative
   elif variant != "float32":
     raise ValueError(f"unknown LiteRT variant {variant!r}")
-  return converter.convert()
+  with console.native_logs_hidden():  # the converter's C++ log lines, unless --verbose
+    return converter.convert()
 
 
 def write_fixed_shape_saved_model(saved_model_dir: str, signatures: Sequence[str],
                                   max_seq_length: int, out_dir: str) -> None:
   """Re-saves the SavedModel's ``signatures`` with [1, max_seq_length] inputs into
   ``out_dir``, which the converter reads (its signature names become the LiteRT ones)."""
-  import tensorflow as tf
-  import tensorflow_text  # noqa: F401 -- registers the ops of the raw-text signatures
-
   loaded = tf.saved_model.load(saved_model_dir)
   spec = tf.TensorSpec([1, max_seq_length], tf.int32)
   module = tf.Module()
@@ -227,12 +214,15 @@ def representative_inputs(tasks: Mapping[str, Any], max_examples: int = 100
   """Calibration inputs for ``int8_full``: the first ``max_examples`` featurised train
   examples of each task ({signature name: task}), as [1, T] int32 arrays keyed by input name;
   (signature, inputs) pairs when there are several signatures, as the converter expects."""
-  import numpy as np
-
   def generate():
     for signature, task in tasks.items():
       count = 0
-      for example in task.get_examples("train"):
+      try:
+        examples = task.get_examples("train")
+      except (OSError, ValueError) as e:
+        raise ValueError(f"int8_full calibrates on train rows: {console.first_line(e)} "
+                         "(--data_dir gives them)") from None
+      for example in examples:
         for features in task.featurize(example):
           inputs = {k: np.asarray([features[k]], np.int32) for k in INPUT_NAMES}
           yield (signature, inputs) if len(tasks) > 1 else inputs
@@ -242,18 +232,9 @@ def representative_inputs(tasks: Mapping[str, Any], max_examples: int = 100
   return generate
 
 
-class LiteRTRunner:
-  """One signature of a ``.tflite`` file, called with numpy [1, T] int32 inputs."""
-
-  def __init__(self, path: str, signature: str, num_threads: int | None = None):
-    from ai_edge_litert.interpreter import Interpreter
-
-    self.interpreter = Interpreter(model_path=path, num_threads=num_threads)
-    self.runner = self.interpreter.get_signature_runner(signature)
-
-  def __call__(self, input_ids, input_mask, segment_ids) -> dict[str, Any]:
-    import numpy as np
-
-    return self.runner(input_ids=np.asarray(input_ids, np.int32),
-                       input_mask=np.asarray(input_mask, np.int32),
-                       segment_ids=np.asarray(segment_ids, np.int32))
+def update_spec(litert_dir: str, values: Mapping[str, Any]) -> None:
+  """Adds ``values`` to ``<litert_dir>/litert.json`` (rewritten atomically)."""
+  path = os.path.join(litert_dir, SPEC_FILE)
+  with open(path, encoding="utf-8") as f:
+    spec = json.load(f)
+  atomic_io.write_json(path, {**spec, **values}, indent=2, sort_keys=True)

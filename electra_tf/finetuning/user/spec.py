@@ -132,6 +132,26 @@ def load_spec(raw_data_dir: str) -> TaskSpec:
       raw = json.load(f)
   except json.JSONDecodeError as e:
     raise data_error(path, f"not valid JSON: {e.msg}", e.lineno) from None
+  return parse_spec(raw, path)
+
+
+def spec_json(spec: TaskSpec, labels: list[Any] | None = None,
+              score_range: list[float] | None = None) -> dict[str, Any]:
+  """``spec`` as a task.json object, with the labels / score range the task resolved (found
+  in train when task.json gave none), so ``parse_spec`` rebuilds the task with no data."""
+  raw = {key: getattr(spec, key) for key in _KEYS if getattr(spec, key) is not None}
+  for key in ("labels", "metrics", "range"):
+    if key in raw:
+      raw[key] = list(raw[key])
+  if labels is not None:
+    raw["labels"] = list(labels)
+  if score_range is not None:
+    raw["range"] = list(score_range)
+  return raw
+
+
+def parse_spec(raw: Any, path: str) -> TaskSpec:
+  """Checks a task.json object (``path`` names it in errors); one-line ``DataError``s."""
   if not isinstance(raw, dict):
     raise data_error(path, "must hold a JSON object")
   unknown = sorted(set(raw) - set(_KEYS))

@@ -29,7 +29,7 @@ from electra_tf.finetuning.user.records import (
   read_records,
   read_tagged_jsonl,
 )
-from electra_tf.finetuning.user.spec import TaskSpec, label_key, load_spec
+from electra_tf.finetuning.user.spec import TaskSpec, label_key, load_spec, spec_json
 
 _DEBUG_MAX_ROWS = 100
 _SPAN_PREFIXES = ("B-", "I-", "E-", "S-")
@@ -89,6 +89,12 @@ class _UserFiles:
   def get_test_splits(self) -> list[str]:
     return ["test"] if self.split_file("test", required=False) else []
 
+  def definition(self) -> dict[str, Any]:
+    """The built-in kind's definition with this task's task.json, labels / range resolved."""
+    labels = self.label_values if self.kind == "classification" else None
+    score_range = self.score_range if self.kind == "regression" else None
+    return {**super().definition(), "task_json": spec_json(self.spec, labels, score_range)}
+
 
 class _UserSentenceTask(_UserFiles):
   """Reading and prediction writing shared by user classification and regression tasks
@@ -115,7 +121,6 @@ class _UserSentenceTask(_UserFiles):
       self._values = (list(given) if given
                       else _stored(self.labels_path, self._values_from_train))
     return self._values
-
 
   def read_split(self, split: str) -> tuple[str, list[Record]]:
     """(file, rows) of one split; test rows need no label (it is ignored)."""
@@ -268,7 +273,6 @@ class UserTaggingTask(_UserFiles, TaggingTask):
     self.spec = spec
     self._counter = _TruncationCounter()
 
-
   def label_splits(self) -> list[str]:
     return ["train", "dev"]
 
@@ -338,10 +342,11 @@ class UserTaggingTask(_UserFiles, TaggingTask):
 
 def make_user_task(name: str, raw_data_dir: str, tokenizer: Any, max_seq_length: int,
                    task_id: int = 0, debug: bool = False, double_unordered: bool = True,
-                   preprocessed_data_dir: str | None = None):
-  """The task of ``<raw_data_dir>/task.json``; inferred labels are stored in
-  ``preprocessed_data_dir`` (``[debug_]<name>_labels.json`` / ``_label_mapping.json``)."""
-  spec = load_spec(raw_data_dir)
+                   preprocessed_data_dir: str | None = None, spec: TaskSpec | None = None):
+  """The task of ``<raw_data_dir>/task.json`` (or of ``spec``, e.g. a fine-tuned model's);
+  inferred labels are stored in ``preprocessed_data_dir`` (``[debug_]<name>_labels.json`` /
+  ``_label_mapping.json``)."""
+  spec = spec or load_spec(raw_data_dir)
   prefix = os.path.join(preprocessed_data_dir, ("debug_" if debug else "") + name) \
       if preprocessed_data_dir else None
   if spec.type == "tagging":

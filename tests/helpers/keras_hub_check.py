@@ -1,6 +1,7 @@
-r"""Run a keras-hub preset folder on given inputs, in a Keras 3 process (no network).
+r"""Run a keras-hub preset folder on given inputs, in a fresh Keras 3 process (no network):
+how tests/test_deploy_exports.py and benchmarks/bench_litert.py load the preset as a user would.
 
-  python -m electra_tf.interop.keras_hub_check --preset <keras_hub folder> --inputs in.npz \
+  python tests/helpers/keras_hub_check.py --preset <keras_hub folder> --inputs in.npz \
       --output out.npz
 
 ``in.npz``: int32 ``input_ids``, ``input_mask``, ``segment_ids`` [B, T] and optionally
@@ -44,6 +45,9 @@ def main() -> None:
   parser.add_argument("--output", required=True)
   args = parser.parse_args()
   run(args.preset, args.inputs, args.output)
+
+
+SCRIPT = os.path.abspath(__file__)
 
 
 def check_env() -> dict[str, str]:

@@ -1,0 +1,21 @@
+r"""``python -m electra_tf.predict``: label a file with a fine-tuned model.
+
+  python -m electra_tf.predict --model <model dir | SavedModel | .tflite> --input rows.csv \
+      [--output predictions.jsonl] [--task <name>] [--batch_size 32] [--show 5]
+
+Flags and wiring only; what is read, run and written is described in
+``electra_tf.interop.predicting``. A ``.tflite`` model loads no TensorFlow.
+"""
+
+from __future__ import annotations
+
+import sys
+
+from electra_tf import console
+
+if __name__ == "__main__":
+  console.quiet(sys.argv)  # before any library loads
+  from electra_tf.interop import predicting
+
+  predicting.define_flags()
+  console.run(predicting.main, "predict")
