@@ -136,3 +136,20 @@ def test_errors_are_one_line_unless_verbose(tmp_path):
   err = proc.stderr.splitlines()
   assert "Traceback (most recent call last):" in err
   assert err[-1] == f"learn_vocab.py: error: corpus directory not found: {tmp_path / 'missing'}"
+
+
+@pytest.mark.slow
+def test_venv_command_runs_as_printed(tmp_path, monkeypatch):
+  """The summaries' TensorBoard command works as printed, from the folder it was printed in,
+  without the venv on PATH: the venv's own script, else this Python's ``-m`` form."""
+  env = {**ENV, "PATH": "/usr/bin:/bin"}
+  for folder, script in ((tmp_path, "tensorboard"), (REPO_ROOT, "no-such-script")):
+    monkeypatch.chdir(folder)
+    command = console.venv_command(script, "tensorboard.main")
+    if script == "tensorboard":
+      assert command == os.path.join(os.path.dirname(sys.executable), "tensorboard")
+    else:
+      assert command.endswith(" -m tensorboard.main")
+    proc = subprocess.run(["bash", "-c", f"{command} --version_tb"], cwd=folder, env=env,
+                          capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0 and proc.stdout.strip(), (command, proc.stderr[-2000:])
