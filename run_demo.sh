@@ -154,6 +154,7 @@ lines = [
     f"{pre['disc_auc']:.3f} (chance 0.5), disc recall {pre['disc_recall']:.3f},\n"
     f"     disc precision {pre['disc_precision']:.3f}, masked-LM accuracy "
     f"{pre['masked_lm_accuracy']:.3f}; learning curves: {demo_dir}/learning_curves.png",
+    f"     TensorBoard: {venv}/bin/tensorboard --logdir {demo_dir}/models/demo",
     f"  2. fine-tuning 'topic' (which of {len(labels)} packages a docstring sentence is from, "
     f"chance {100 / len(labels):.1f}), {len(seeds)} seed(s)\n     in {ft_s} s: dev accuracy "
     f"{results['median']['topic']['accuracy']:.1f} (median; seeds "
@@ -169,6 +170,5 @@ console.summary("Demo summary", lines + [
     "  A few CPU minutes of pre-training teach the discriminator to spot replaced tokens, not "
     "yet to\n  give features that help a task: fine-tuned from random initialisation, 'topic' "
     "scores higher\n  (docs/demo.md); docs/transfer.md measures why and what it would take.",
-    f"  TensorBoard: {venv}/bin/tensorboard --logdir {demo_dir}/models/demo",
     f"  total wall time: {total_s} s (setting up {venv} included)"])
 PY
