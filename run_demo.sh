@@ -1,13 +1,14 @@
 #!/usr/bin/env bash
-# The main job end to end on an embedded default, no download: builds a corpus from the Python
-# standard library's docstrings, learns a WordPiece vocabulary, writes pre-training TFRecords,
-# pre-trains a small ELECTRA on CPU, evaluates it, draws its learning curves, then fine-tunes
-# it on a small labelled task from the same corpus ("which package does this docstring sentence
-# come from?", 6 packages, 384 labelled sentences) beside the same model from random
-# initialisation, each with FT_SEEDS seeds, and prints one summary. DEMO_DIR (default demo_out/) holds
-# everything. The sizes below are the measured defaults (docs/demo.md); each can be overridden
-# from the environment, e.g. STEPS=20 for a quick look.
+# The whole journey on an embedded default, no download: builds a corpus from the Python standard
+# library's docstrings, learns a WordPiece vocabulary, writes pre-training TFRecords, pre-trains a
+# small ELECTRA on CPU, evaluates it and draws its learning curves, fine-tunes it on a small
+# labelled task from the same corpus ("which package does this docstring sentence come from?",
+# 6 packages, 384 labelled sentences) with FT_SEEDS seeds, exports the median seed's model as
+# LiteRT int8 and classifies a few new sentences with it, then prints one summary. DEMO_DIR
+# (default demo_out/) holds everything. The sizes below are the measured defaults
+# (docs/demo.md); each can be overridden from the environment, e.g. STEPS=20 for a quick look.
 set -euo pipefail
+start=$(date +%s)  # the total wall time includes setting up .venv
 cd "$(dirname "$0")"
 source scripts/venv.sh
 PYTHON="$VENV/bin/python"
@@ -25,24 +26,23 @@ STEPS="${STEPS:-800}"
 LEARNING_RATE="${LEARNING_RATE:-0.0005}"
 LOG_EVERY="${LOG_EVERY:-50}"
 EVAL_STEPS="${EVAL_STEPS:-20}"
-# fine-tuning (the same for the demo model and random init)
+# fine-tuning
 FT_LABELS="${FT_LABELS:-6}"              # packages of the "topic" task
 FT_TRAIN="${FT_TRAIN:-384}"              # train examples of the "topic" task (all labels)
 FT_DEV="${FT_DEV:-384}"
 FT_SEQ_LEN="${FT_SEQ_LEN:-64}"
 FT_EPOCHS="${FT_EPOCHS:-10}"
 FT_LEARNING_RATE="${FT_LEARNING_RATE:-0.0003}"
-FT_SEEDS="${FT_SEEDS:-3}"                # fine-tuning runs per initialisation (seeds 1, 2, ...)
+FT_SEEDS="${FT_SEEDS:-3}"                # fine-tuning runs (seeds 1, 2, ...)
 
-start=$(date +%s)
-echo "== 1/7 corpus: standard-library docstrings -> $DEMO_DIR/corpus"
+echo "== 1/9 corpus: standard-library docstrings -> $DEMO_DIR/corpus"
 "$PYTHON" data_prep/build_demo_corpus.py --output_dir "$DEMO_DIR/corpus" \
   --index_file "$DEMO_DIR/corpus_modules.tsv" --max_modules "$MAX_MODULES"
-echo "== 2/7 WordPiece vocabulary -> $DEMO_DIR/vocab.txt"
+echo "== 2/9 WordPiece vocabulary -> $DEMO_DIR/vocab.txt"
 [ -s "$DEMO_DIR/vocab.txt" ] || "$PYTHON" data_prep/learn_vocab.py \
   --corpus_dir "$DEMO_DIR/corpus" --vocab_file "$DEMO_DIR/vocab.txt" --vocab_size "$VOCAB_TARGET"
 VOCAB_SIZE=$(wc -l < "$DEMO_DIR/vocab.txt")
-echo "== 3/7 pre-training TFRecords -> $DEMO_DIR/pretrain_tfrecords"
+echo "== 3/9 pre-training TFRecords -> $DEMO_DIR/pretrain_tfrecords"
 "$PYTHON" data_prep/build_pretraining_dataset.py --corpus_dir "$DEMO_DIR/corpus" \
   --vocab_file "$DEMO_DIR/vocab.txt" --output_dir "$DEMO_DIR/pretrain_tfrecords" \
   --max_seq_length "$SEQ_LEN" --num_out_files 4 --seed 1
@@ -52,59 +52,123 @@ HPARAMS="{$SHAPE, \"generator_hidden_size\": $GENERATOR_SIZE, \"max_seq_length\"
  \"learning_rate\": $LEARNING_RATE, \"save_checkpoints_steps\": $((STEPS < 100 ? STEPS : 100)),
  \"iterations_per_loop\": $LOG_EVERY, \"eval_batch_size\": $BATCH,
  \"num_eval_steps\": $EVAL_STEPS, \"seed\": 1"
-echo "== 4/7 pre-training ($STEPS steps; rerun to resume from the last checkpoint)"
+echo "== 4/9 pre-training ($STEPS steps; rerun to resume from the last checkpoint)"
 train_start=$(date +%s)
 "$PYTHON" run_pretraining.py --data_dir "$DEMO_DIR" --model_name demo --hparams "$HPARAMS}"
 train_seconds=$(($(date +%s) - train_start))
-echo "== 5/7 evaluation"
+echo "== 5/9 evaluation"
 "$PYTHON" run_pretraining.py --data_dir "$DEMO_DIR" --model_name demo \
   --hparams "$HPARAMS, \"do_train\": false, \"do_eval\": true}"
-echo "== 6/7 learning curves -> $DEMO_DIR/learning_curves.png"
+echo "== 6/9 learning curves -> $DEMO_DIR/learning_curves.png"
 "$PYTHON" -m electra_tf.learning_curves --model_dir "$DEMO_DIR/models/demo" \
   --png "$DEMO_DIR/learning_curves.png" --rows 5
-echo "== 7/7 fine-tuning on a small labelled task: which package is a docstring sentence from?"
+echo "== 7/9 fine-tuning on a small labelled task: which package is a docstring sentence from?"
 "$PYTHON" data_prep/build_demo_task.py --corpus_dir "$DEMO_DIR/corpus" \
   --index_file "$DEMO_DIR/corpus_modules.tsv" --output_dir "$DEMO_DIR/finetuning_data/topic" \
   --num_labels "$FT_LABELS" --max_train "$FT_TRAIN" --max_dev "$FT_DEV"
-# The model's shape is given explicitly, so the same hparams also build the random-init model.
-FT_HPARAMS="{$SHAPE, \"task_names\": [\"topic\"], \"max_seq_length\": $FT_SEQ_LEN,
+FT_HPARAMS="{\"task_names\": [\"topic\"], \"max_seq_length\": $FT_SEQ_LEN,
  \"train_batch_size\": 32, \"eval_batch_size\": 32, \"num_train_epochs\": $FT_EPOCHS,
- \"learning_rate\": $FT_LEARNING_RATE, \"seed\": 1, \"num_trials\": $FT_SEEDS"
+ \"learning_rate\": $FT_LEARNING_RATE, \"seed\": 1, \"num_trials\": $FT_SEEDS}"
 ft_start=$(date +%s)
-"$PYTHON" run_finetuning.py --data_dir "$DEMO_DIR" --model_name demo --hparams "$FT_HPARAMS}"
+"$PYTHON" run_finetuning.py --data_dir "$DEMO_DIR" --model_name demo --hparams "$FT_HPARAMS"
 ft_seconds=$(($(date +%s) - ft_start))
-"$PYTHON" run_finetuning.py --data_dir "$DEMO_DIR" --model_name random_init \
-  --hparams "$FT_HPARAMS, \"init_checkpoint\": null}"
-
-"$PYTHON" - "$DEMO_DIR" "$VENV" "$train_seconds" "$ft_seconds" "$(($(date +%s) - start))" <<'PY'
+# the seed whose dev accuracy is the median (the lower middle one for an even count)
+MEDIAN_SEED=$("$PYTHON" - "$DEMO_DIR/models/demo/results/topic_results.json" <<'PY'
 import json, sys
+with open(sys.argv[1], encoding="utf-8") as f:
+  accuracies = [trial["topic"]["accuracy"] for trial in json.load(f)["trials"]]
+print(sorted(range(len(accuracies)), key=accuracies.__getitem__)[(len(accuracies) - 1) // 2] + 1)
+PY
+)
+FINETUNED="$DEMO_DIR/models/demo/finetuning_models/topic_model_$MEDIAN_SEED"
+EXPORT_DIR="$DEMO_DIR/topic_export"
+echo "== 8/9 LiteRT int8 export of seed $MEDIAN_SEED's model -> $EXPORT_DIR/litert"
+export_start=$(date +%s)
+"$PYTHON" -m electra_tf.convert --checkpoint "$FINETUNED" --data_dir "$DEMO_DIR" \
+  --output_dir "$EXPORT_DIR" --litert int8 --overwrite
+export_seconds=$(($(date +%s) - export_start))
+echo "== 9/9 the int8 model on new sentences, one written for each package -> $DEMO_DIR/new_sentences_predictions.csv"
+cat > "$DEMO_DIR/new_sentences.csv" <<'CSV'
+sentence,label
+"Wait for the coroutine to finish on the running event loop, and cancel it if the timeout expires first.",asyncio
+Run the interactive examples in this docstring and report every example whose output differs from the expected text.,doctest
+Parse the message headers and return the decoded subject line together with its character set.,email
+Return the names and default values of the parameters accepted by the given callable object.,inspect
+"A generic alias for a dictionary mapping strings to optional integers, checked only by static type checkers.",typing
+"Quote the query string, open the URL over HTTP, and return the response after following redirects.",urllib
+CSV
+# The raw-text step a user writes: tokenise as fine-tuning did ([CLS] tokens [SEP], padded to
+# max_seq_length), run the int8 model's classify signature, read its probabilities.
+"$PYTHON" - "$EXPORT_DIR/litert" "$DEMO_DIR/new_sentences.csv" \
+  "$DEMO_DIR/new_sentences_predictions.csv" <<'PY'
+import csv, json, sys
 from electra_tf import console
-demo_dir, venv, train_s, ft_s, total_s = *sys.argv[1:3], *map(int, sys.argv[3:])
+console.quiet()  # before TensorFlow loads (the tokenizer imports it)
+import numpy as np
+from ai_edge_litert.interpreter import Interpreter
+from electra_tf.tokenization import FullTokenizer
+litert_dir, sentences_csv, predictions_csv = sys.argv[1:]
+with open(f"{litert_dir}/litert.json", encoding="utf-8") as f:
+  spec = json.load(f)
+signature = next(name for name, s in spec["signatures"].items() if s["task"] == "topic")
+labels, length = spec["signatures"][signature]["labels"], spec["max_seq_length"]
+tokenizer = FullTokenizer(f"{litert_dir}/{spec['vocab']}", do_lower_case=spec["do_lower_case"])
+model = Interpreter(model_path=f"{litert_dir}/{spec['variants']['int8']}",
+                    num_threads=1).get_signature_runner(signature)
+with open(sentences_csv, encoding="utf-8") as f:
+  rows = list(csv.DictReader(f))
+for row in rows:
+  tokens = ["[CLS]", *tokenizer.tokenize(row["sentence"])[:length - 2], "[SEP]"]
+  ids = tokenizer.convert_tokens_to_ids(tokens)
+  pad = [0] * (length - len(ids))
+  inputs = {"input_ids": [ids + pad], "input_mask": [[1] * len(ids) + pad],
+            "segment_ids": [[0] * length]}
+  probabilities = model(**{k: np.array(v, np.int32) for k, v in inputs.items()})[
+      "probabilities"][0]
+  best = int(probabilities.argmax())
+  row.update(predicted=labels[best], probability=float(probabilities[best]))
+with open(predictions_csv, "w", encoding="utf-8", newline="") as f:
+  writer = csv.DictWriter(f, ["sentence", "label", "predicted", "probability"])
+  writer.writeheader()
+  writer.writerows(rows)
+PY
+
+"$PYTHON" - "$DEMO_DIR" "$VENV" "$MEDIAN_SEED" "$train_seconds" "$ft_seconds" \
+  "$export_seconds" "$(($(date +%s) - start))" <<'PY'
+import csv, json, os, sys
+from electra_tf import console
+demo_dir, venv, (seed, train_s, ft_s, export_s, total_s) = *sys.argv[1:3], map(int, sys.argv[3:])
 with open(f"{demo_dir}/models/demo/results/unsup_results.txt", encoding="utf-8") as f:
   pre = {k: float(v) for k, v in (line.split(" = ") for line in f if " = " in line)}
 with open(f"{demo_dir}/finetuning_data/topic/task.json", encoding="utf-8") as f:
   labels = json.load(f)["labels"]
-def dev(model):
-  with open(f"{demo_dir}/models/{model}/results/topic_results.json", encoding="utf-8") as f:
-    results = json.load(f)
-  return (results["median"]["topic"]["accuracy"],
-          [trial["topic"]["accuracy"] for trial in results["trials"]])
-(ours, ours_seeds), (rand, rand_seeds) = dev("demo"), dev("random_init")
+with open(f"{demo_dir}/models/demo/results/topic_results.json", encoding="utf-8") as f:
+  results = json.load(f)
+seeds = [trial["topic"]["accuracy"] for trial in results["trials"]]
+int8 = f"{demo_dir}/topic_export/litert/int8.tflite"
+with open(f"{demo_dir}/new_sentences_predictions.csv", encoding="utf-8") as f:
+  predictions = list(csv.DictReader(f))
+width = max(len(label) for label in labels)
 lines = [
-    f"  pre-training: {int(pre['global_step'])} steps in {train_s} s; final eval: disc AUC "
-    f"{pre['disc_auc']:.3f}, disc recall {pre['disc_recall']:.3f}, disc precision "
-    f"{pre['disc_precision']:.3f}, masked-LM accuracy {pre['masked_lm_accuracy']:.3f}",
-    f"  learning curves: {demo_dir}/learning_curves.png",
-    f"  fine-tuning 'topic' (which of {len(labels)} packages a sentence is from; dev accuracy, "
-    f"median of {len(ours_seeds)} seed(s), {ft_s} s per initialisation):  from the demo model "
-    f"{ours:.1f}   from random init {rand:.1f}"]
-if len(ours_seeds) > 1:
-  def seeds(values):
-    return " ".join(f"{v:.1f}" for v in values)
-  spread = max(max(v) - min(v) for v in (ours_seeds, rand_seeds))
-  lines.append(f"    per seed: demo model {seeds(ours_seeds)}; random init {seeds(rand_seeds)} "
-               f"(difference of medians {ours - rand:+.1f}, widest seed spread {spread:.1f})")
+    f"  1. pre-training: {int(pre['global_step'])} steps in {train_s} s; final eval: disc AUC "
+    f"{pre['disc_auc']:.3f} (chance 0.5), disc recall {pre['disc_recall']:.3f},\n"
+    f"     disc precision {pre['disc_precision']:.3f}, masked-LM accuracy "
+    f"{pre['masked_lm_accuracy']:.3f}; learning curves: {demo_dir}/learning_curves.png",
+    f"     TensorBoard: {venv}/bin/tensorboard --logdir {demo_dir}/models/demo",
+    f"  2. fine-tuning 'topic' (which of {len(labels)} packages a docstring sentence is from, "
+    f"chance {100 / len(labels):.1f}), {len(seeds)} seed(s)\n     in {ft_s} s: dev accuracy "
+    f"{results['median']['topic']['accuracy']:.1f} (median; seeds "
+    f"{' '.join(f'{v:.1f}' for v in seeds)})",
+    f"  3. LiteRT int8 of seed {seed}'s model: {int8} ({os.path.getsize(int8) / 1e6:.1f} MB), "
+    f"{export_s} s",
+    f"  4. the int8 model on {len(predictions)} new sentences, each written for one package "
+    "(predicted label, probability):"]
+for row in predictions:
+  lines.append(f"     {row['predicted']:<{width}} {float(row['probability']):.2f}  "
+               f"[{row['label']}] {row['sentence']}")
 console.summary("Demo summary", lines + [
-    f"  TensorBoard: {venv}/bin/tensorboard --logdir {demo_dir}/models/demo",
-    f"  total wall time: {total_s} s"])
+    "  A few CPU minutes of pre-training teach the discriminator to spot replaced tokens, not "
+    "yet to\n  give features that help a task: fine-tuned from random initialisation, 'topic' "
+    "scores higher\n  (docs/demo.md); docs/transfer.md measures why and what it would take.",
+    f"  total wall time: {total_s} s (setting up {venv} included)"])
 PY

@@ -167,7 +167,8 @@ def print_summary(config: Any, results: dict[str, dict[str, float]], start_step:
     lines.append(f"  eval ({config.num_eval_steps} batches of {config.eval_batch_size}):")
     lines += [f"    {k} = {results['eval'][k]}" for k in sorted(results["eval"])]
     lines.append(f"  results: {config.results_txt}")
-  lines.append(f"  TensorBoard: tensorboard --logdir {config.model_dir}")
+  lines.append(f"  TensorBoard: {console.venv_command('tensorboard', 'tensorboard.main')} "
+               f"--logdir {config.model_dir}")
   console.summary(f"Summary: model {config.model_name}, step {step}", lines)
 
 

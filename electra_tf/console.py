@@ -53,6 +53,23 @@ def summary(title: str, lines: Sequence[str]) -> None:
   log("\n".join([RULE, title, *lines, RULE]))
 
 
+def venv_command(script: str, module: str) -> str:
+  """How to run ``script``, a command installed beside this Python (the venv's ``bin/``), as
+  printed from the working folder: its path (relative when below the working folder), else
+  ``<this python> -m <module>``. A bare ``tensorboard`` is not on PATH outside the venv."""
+  path = os.path.join(os.path.dirname(sys.executable), script)
+  if not os.path.exists(path):
+    return f"{_as_typed(sys.executable)} -m {module}"
+  return _as_typed(path)
+
+
+def _as_typed(path: str) -> str:
+  relative = os.path.relpath(path)
+  if relative.startswith(os.pardir):
+    return path
+  return relative if os.sep in relative else os.path.join(os.curdir, relative)
+
+
 def _positive(value: str) -> bool:
   try:
     return int(value) > 0

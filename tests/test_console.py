@@ -168,3 +168,20 @@ def test_native_log_lines_are_hidden_around_a_block(capfd, monkeypatch):
   with console.native_logs_hidden():
     os.write(2, noise[1][1])
   assert capfd.readouterr().err == noise[1][1].decode()
+
+
+@pytest.mark.slow
+def test_venv_command_runs_as_printed(tmp_path, monkeypatch):
+  """The summaries' TensorBoard command works as printed, from the folder it was printed in,
+  without the venv on PATH: the venv's own script, else this Python's ``-m`` form."""
+  env = {**ENV, "PATH": "/usr/bin:/bin"}
+  for folder, script in ((tmp_path, "tensorboard"), (REPO_ROOT, "no-such-script")):
+    monkeypatch.chdir(folder)
+    command = console.venv_command(script, "tensorboard.main")
+    if script == "tensorboard":
+      assert command == os.path.join(os.path.dirname(sys.executable), "tensorboard")
+    else:
+      assert command.endswith(" -m tensorboard.main")
+    proc = subprocess.run(["bash", "-c", f"{command} --version_tb"], cwd=folder, env=env,
+                          capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0 and proc.stdout.strip(), (command, proc.stderr[-2000:])

@@ -1,18 +1,24 @@
 """run_demo.sh end to end at a tiny size: the real pipeline (corpus -> vocab -> TFRecords ->
-pre-training -> eval -> learning curves -> fine-tuning beside random init) exits 0, writes the
-PNG and the 5-row table, and its console is quiet: no TensorFlow C++ / absl log line from any
-entry point, the eval run's config and metrics printed once, one final summary."""
+pre-training -> eval -> learning curves -> fine-tuning -> LiteRT int8 export -> new sentences
+classified by the int8 model) exits 0, writes the PNG and the 5-row table, and its console is
+quiet: no TensorFlow C++ / absl log line from any entry point, the eval run's config and metrics
+printed once, a short fine-tuning start, one final summary ending on the int8 model's
+predictions (checked against the .tflite file run here)."""
 
+import csv
 import json
 import os
 import re
 import subprocess
 import sys
 
+import numpy as np
 import pytest
+from ai_edge_litert.interpreter import Interpreter
 from helpers.paths import REPO_ROOT
 
 from electra_tf import console
+from electra_tf.tokenization import FullTokenizer
 
 TINY = {
     "MAX_MODULES": "30", "VOCAB_TARGET": "1000", "SEQ_LEN": "32", "BATCH": "8", "STEPS": "10",
@@ -38,31 +44,67 @@ def test_tiny_demo_runs_end_to_end_quietly(tmp_path):
   out = proc.stdout
   assert proc.returncode == 0, out[-4000:]
   lines = out.splitlines()
-  assert [line for line in lines if console.LOG_LINE.match(line)] == []
 
   png = demo_dir / "learning_curves.png"
   assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
-  curves = _section(out, "== 6/7", "== 7/7").splitlines()
+  curves = _section(out, "== 6/9", "== 7/9").splitlines()
   header = next(i for i, line in enumerate(curves) if line.split()[:2] == ["step", "mlm_loss"])
   rows = curves[header + 1:header + 6]
   assert [int(row.split()[0]) for row in rows] == [2, 4, 6, 8, 10]  # 5 rows, first and last
   assert curves[header + 6] == f"Learning curves: {png}"
 
-  eval_run = _section(out, "== 5/7", "== 6/7")
+  eval_run = _section(out, "== 5/9", "== 6/9")
   assert eval_run.count("Config:") == 1 and eval_run.count("disc_auc = ") == 1
   assert eval_run.count(console.RULE + "\nSummary: model demo, step 10\n") == 1
+
+  finetuning = _section(out, "== 7/9", "== 8/9").splitlines()
+  start = next(i for i, line in enumerate(finetuning) if line.startswith("model shape from"))
+  first_progress = next(i for i, line in enumerate(finetuning) if re.match(r"\d+/\d+ = ", line))
+  assert first_progress - start <= 20, "\n".join(finetuning[start:first_progress])
+  assert "not used" not in "\n".join(finetuning)
+  assert sum("unused as expected: pre-training heads and generator" in line
+             for line in finetuning) == 2  # one line per seed
+  assert not (demo_dir / "models" / "random_init").exists()
+
   assert out.count("Demo summary") == 1
   final = out[out.index("Demo summary"):]
-  ours = json.loads((demo_dir / "models/demo/results/topic_results.json").read_text())
-  rand = json.loads((demo_dir / "models/random_init/results/topic_results.json").read_text())
-  match = re.search(r"from the demo model ([0-9.]+) +from random init ([0-9.]+)", final)
+  results = json.loads((demo_dir / "models/demo/results/topic_results.json").read_text())
+  seeds = [trial["topic"]["accuracy"] for trial in results["trials"]]
+  assert len(seeds) == 2
+  match = re.search(r"dev accuracy ([0-9.]+) \(median; seeds ([0-9. ]+)\)", final)
   assert match, final
-  assert float(match.group(1)) == round(ours["median"]["topic"]["accuracy"], 1)
-  assert float(match.group(2)) == round(rand["median"]["topic"]["accuracy"], 1)
-  per_seed = re.search(r"per seed: demo model ([0-9. ]+); random init ([0-9. ]+) \(", final)
-  assert per_seed, final
-  for group, results in ((1, ours), (2, rand)):
-    assert [float(v) for v in per_seed.group(group).split()] == [
-        round(trial["topic"]["accuracy"], 1) for trial in results["trials"]]
-  assert len(ours["trials"]) == len(rand["trials"]) == 2
+  assert float(match.group(1)) == round(results["median"]["topic"]["accuracy"], 1)
+  assert [float(v) for v in match.group(2).split()] == [round(v, 1) for v in seeds]
+  median_seed = sorted(range(2), key=seeds.__getitem__)[0] + 1  # the lower middle of two
+  litert = demo_dir / "topic_export" / "litert"
+  assert f"LiteRT int8 of seed {median_seed}'s model: {litert / 'int8.tflite'} (" in final
+
+  # The predictions printed are the int8 model's on the demo's new sentences: rerun it here.
+  spec = json.loads((litert / "litert.json").read_text())
+  labels, length = spec["signatures"]["classify"]["labels"], spec["max_seq_length"]
+  tokenizer = FullTokenizer(str(litert / "vocab.txt"), do_lower_case=spec["do_lower_case"])
+  model = Interpreter(model_path=str(litert / "int8.tflite"),
+                      num_threads=1).get_signature_runner("classify")
+  with open(demo_dir / "new_sentences.csv", encoding="utf-8") as f:
+    sentences = list(csv.DictReader(f))
+  with open(demo_dir / "new_sentences_predictions.csv", encoding="utf-8") as f:
+    written = list(csv.DictReader(f))
+  assert len(sentences) == len(written) == 6
+  printed = final[final.index("new sentences"):].splitlines()[1:1 + len(sentences)]
+  for row, out, line in zip(sentences, written, printed, strict=True):
+    ids = tokenizer.convert_tokens_to_ids(
+        ["[CLS]", *tokenizer.tokenize(row["sentence"])[:length - 2], "[SEP]"])
+    pad = [0] * (length - len(ids))
+    inputs = {"input_ids": [ids + pad], "input_mask": [[1] * len(ids) + pad],
+              "segment_ids": [[0] * length]}
+    probabilities = model(**{k: np.array(v, np.int32) for k, v in inputs.items()})[
+        "probabilities"][0]
+    assert np.isclose(probabilities.sum(), 1.0, atol=1e-3)
+    best = int(np.argmax(probabilities))
+    assert out["predicted"] == labels[best], (out, probabilities)
+    assert abs(float(out["probability"]) - probabilities[best]) < 1e-6, (out, probabilities)
+    assert line.split()[:2] == [labels[best], f"{float(out['probability']):.2f}"], line
+    assert line.endswith(f"[{row['label']}] {row['sentence']}"), line
+  assert "docs/transfer.md" in final and "total wall time: " in final
   assert lines[-1] == console.RULE
+  assert [line for line in lines if console.LOG_LINE.match(line)] == []

@@ -8,7 +8,8 @@ import pathlib
 PACKAGE = pathlib.Path(__file__).resolve().parent.parent / "electra_tf"
 
 # Layer of a module, by the longest matching name prefix; a module may import its own layer
-# and the layers below it. Entry-point wiring: electra_tf.convert (python -m).
+# and the layers below it. Entry-point wiring: electra_tf.convert (python -m), electra_tf.commands
+# (the console scripts).
 LAYERS = [
     ("foundations", ["electra_tf", "electra_tf.modeling.bert_config"]),
     ("model reading", ["electra_tf.reading.model_dir", "electra_tf.reading.hf_import",
@@ -20,7 +21,8 @@ LAYERS = [
     ("run wiring", ["electra_tf.pretraining.task", "electra_tf.finetuning.runner",
                     "electra_tf.finetuning.trials"]),
     ("interop exports", ["electra_tf.interop"]),
-    ("entry points", ["electra_tf.convert", "electra_tf.learning_curves", "electra_tf.predict"]),
+    ("entry points", ["electra_tf.convert", "electra_tf.learning_curves", "electra_tf.predict",
+                      "electra_tf.commands"]),
 ]
 
 

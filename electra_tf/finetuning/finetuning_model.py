@@ -29,6 +29,7 @@ import tf_keras
 
 from electra_tf import checkpoints
 from electra_tf.config import FinetuningConfig, get_bert_config
+from electra_tf.finetuning.run_settings import check_settings
 from electra_tf.finetuning.task_base import Task
 from electra_tf.finetuning.task_heads import multitask_loss
 from electra_tf.modeling.bert_config import BertConfig
@@ -172,10 +173,8 @@ def create_model(config: FinetuningConfig, tasks: Sequence[Task]) -> FinetuningM
   Word embeddings are a one-hot matmul when ``config.use_tpu`` or when called under a TPU
   strategy's ``scope()`` (as official), a gather otherwise."""
 
+  check_settings(config)
   bert_config = get_bert_config(config)
-  if config.max_seq_length > bert_config.max_position_embeddings:
-    raise ValueError(f"max_seq_length {config.max_seq_length} exceeds max_position_embeddings "
-                     f"{bert_config.max_position_embeddings}")
   return FinetuningModel(bert_config, tasks, embedding_size=config.embedding_size,
                          use_one_hot_embeddings=uses_tpu(getattr(config, "use_tpu", False)))
 

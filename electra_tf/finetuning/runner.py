@@ -20,6 +20,7 @@ from electra_tf.console import log
 from electra_tf.finetuning import features, outputs, qa
 from electra_tf.finetuning import finetuning_model as model_lib
 from electra_tf.finetuning.classification import read_tsv
+from electra_tf.finetuning.init_report import init_lines
 from electra_tf.finetuning.preprocessing import Preprocessor
 from electra_tf.finetuning.task_base import Task
 from electra_tf.reading.model_tasks import write_tasks
@@ -64,13 +65,8 @@ class ModelRunner:
       log("No init_checkpoint: fine-tuning from random initialisation")
       return
     report = model_lib.load_init_checkpoint(self.model, self.config.init_checkpoint)
-    log(f"Initialised from {self.config.init_checkpoint}: {report.summary()}")
-    if report.unused_other:
-      log(f"  not used: {', '.join(report.unused_other[:5])}"
-          f"{' ...' if len(report.unused_other) > 5 else ''}")
-    if report.missing:
-      log(f"  not in the checkpoint (initialised randomly): {', '.join(report.missing[:5])}"
-          f"{' ...' if len(report.missing) > 5 else ''}")
+    for line in init_lines(self.config.init_checkpoint, report, self.model.task_names):
+      log(line)
 
   def train(self) -> int:
     """Trains for the official number of steps; returns it."""

@@ -31,7 +31,7 @@ import tf_keras
 from electra_tf import atomic_io, checkpoints, training
 from electra_tf.config import FinetuningConfig
 from electra_tf.console import log
-from electra_tf.finetuning import outputs, registry
+from electra_tf.finetuning import outputs, registry, run_settings
 from electra_tf.finetuning.features import key_changes
 from electra_tf.finetuning.preprocessing import Preprocessor, make_examples_fn
 from electra_tf.finetuning.runner import ModelRunner
@@ -233,8 +233,9 @@ def run_finetuning(config: FinetuningConfig, strategy: tf.distribute.Strategy | 
   by an earlier run with the same settings are reported, not trained again."""
   tasks = registry.build_tasks(config, use_tfds)  # bad names / folders fail before any output
   check_init_checkpoint(config)
-  heading(f"Config: model={config.model_name}, trials={config.num_trials}")
-  log(config.to_json())
+  run_settings.check_settings(config)  # before any cache is built
+  log("\n".join(run_settings.settings_lines(config, tasks,
+                                            run_settings.write_full_config(config))))
   strategy = strategy or training.get_strategy("one_device")
   preprocessor = Preprocessor(
       config, tasks, make_examples_fn(use_tfds, tfds_data_dir), seed=config.seed,
