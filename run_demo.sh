@@ -84,8 +84,7 @@ FINETUNED="$DEMO_DIR/models/demo/finetuning_models/topic_model_$MEDIAN_SEED"
 EXPORT_DIR="$DEMO_DIR/topic_export"
 echo "== 8/9 LiteRT int8 export of seed $MEDIAN_SEED's model -> $EXPORT_DIR/litert"
 export_start=$(date +%s)
-"$PYTHON" -m electra_tf.convert --checkpoint "$FINETUNED" --data_dir "$DEMO_DIR" \
-  --output_dir "$EXPORT_DIR" --litert int8 --overwrite
+"$PYTHON" -m electra_tf.convert --checkpoint "$FINETUNED" --output_dir "$EXPORT_DIR" --litert int8 --overwrite
 export_seconds=$(($(date +%s) - export_start))
 echo "== 9/9 the int8 model on new sentences, one written for each package -> $DEMO_DIR/new_sentences_predictions.csv"
 cat > "$DEMO_DIR/new_sentences.csv" <<'CSV'
@@ -97,41 +96,11 @@ Return the names and default values of the parameters accepted by the given call
 "A generic alias for a dictionary mapping strings to optional integers, checked only by static type checkers.",typing
 "Quote the query string, open the URL over HTTP, and return the response after following redirects.",urllib
 CSV
-# The raw-text step a user writes: tokenise as fine-tuning did ([CLS] tokens [SEP], padded to
-# max_seq_length), run the int8 model's classify signature, read its probabilities.
-"$PYTHON" - "$EXPORT_DIR/litert" "$DEMO_DIR/new_sentences.csv" \
-  "$DEMO_DIR/new_sentences_predictions.csv" <<'PY'
-import csv, json, sys
-from electra_tf import console
-console.quiet()  # before TensorFlow loads (the tokenizer imports it)
-import numpy as np
-from ai_edge_litert.interpreter import Interpreter
-from electra_tf.tokenization import FullTokenizer
-litert_dir, sentences_csv, predictions_csv = sys.argv[1:]
-with open(f"{litert_dir}/litert.json", encoding="utf-8") as f:
-  spec = json.load(f)
-signature = next(name for name, s in spec["signatures"].items() if s["task"] == "topic")
-labels, length = spec["signatures"][signature]["labels"], spec["max_seq_length"]
-tokenizer = FullTokenizer(f"{litert_dir}/{spec['vocab']}", do_lower_case=spec["do_lower_case"])
-model = Interpreter(model_path=f"{litert_dir}/{spec['variants']['int8']}",
-                    num_threads=1).get_signature_runner(signature)
-with open(sentences_csv, encoding="utf-8") as f:
-  rows = list(csv.DictReader(f))
-for row in rows:
-  tokens = ["[CLS]", *tokenizer.tokenize(row["sentence"])[:length - 2], "[SEP]"]
-  ids = tokenizer.convert_tokens_to_ids(tokens)
-  pad = [0] * (length - len(ids))
-  inputs = {"input_ids": [ids + pad], "input_mask": [[1] * len(ids) + pad],
-            "segment_ids": [[0] * length]}
-  probabilities = model(**{k: np.array(v, np.int32) for k, v in inputs.items()})[
-      "probabilities"][0]
-  best = int(probabilities.argmax())
-  row.update(predicted=labels[best], probability=float(probabilities[best]))
-with open(predictions_csv, "w", encoding="utf-8", newline="") as f:
-  writer = csv.DictWriter(f, ["sentence", "label", "predicted", "probability"])
-  writer.writeheader()
-  writer.writerows(rows)
-PY
+# The int8 model labels raw text with no TensorFlow: the predict command tokenises as
+# fine-tuning did and runs the .tflite file with the LiteRT interpreter.
+"$PYTHON" -m electra_tf.predict --model "$EXPORT_DIR/litert/int8.tflite" \
+  --input "$DEMO_DIR/new_sentences.csv" --output "$DEMO_DIR/new_sentences_predictions.csv" \
+  --threads 1
 
 "$PYTHON" - "$DEMO_DIR" "$VENV" "$MEDIAN_SEED" "$train_seconds" "$ft_seconds" \
   "$export_seconds" "$(($(date +%s) - start))" <<'PY'
@@ -146,6 +115,8 @@ with open(f"{demo_dir}/models/demo/results/topic_results.json", encoding="utf-8"
   results = json.load(f)
 seeds = [trial["topic"]["accuracy"] for trial in results["trials"]]
 int8 = f"{demo_dir}/topic_export/litert/int8.tflite"
+with open(f"{demo_dir}/new_sentences.csv", encoding="utf-8") as f:
+  sentences = list(csv.DictReader(f))
 with open(f"{demo_dir}/new_sentences_predictions.csv", encoding="utf-8") as f:
   predictions = list(csv.DictReader(f))
 width = max(len(label) for label in labels)
@@ -163,8 +134,8 @@ lines = [
     f"{export_s} s",
     f"  4. the int8 model on {len(predictions)} new sentences, each written for one package "
     "(predicted label, probability):"]
-for row in predictions:
-  lines.append(f"     {row['predicted']:<{width}} {float(row['probability']):.2f}  "
+for row, predicted in zip(sentences, predictions, strict=True):
+  lines.append(f"     {predicted['prediction']:<{width}} {float(predicted['probability']):.2f}  "
                f"[{row['label']}] {row['sentence']}")
 console.summary("Demo summary", lines + [
     "  A few CPU minutes of pre-training teach the discriminator to spot replaced tokens, not "

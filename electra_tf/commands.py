@@ -7,6 +7,7 @@ status included, from any folder:
   electra-finetune   = python run_finetuning.py
   electra-convert    = python -m electra_tf.convert
   electra-curves     = python -m electra_tf.learning_curves
+  electra-predict    = python -m electra_tf.predict
 """
 
 from __future__ import annotations
@@ -19,6 +20,7 @@ COMMANDS = {
   "electra-finetune": "run_finetuning",
   "electra-convert": "electra_tf.convert",
   "electra-curves": "electra_tf.learning_curves",
+  "electra-predict": "electra_tf.predict",
 }
 
 
@@ -46,3 +48,9 @@ def convert() -> None:
 def curves() -> None:
   """``electra-curves``: learning curves (``python -m electra_tf.learning_curves``)."""
   _run(COMMANDS["electra-curves"])
+
+
+def predict() -> None:
+  """``electra-predict``: label a file with a fine-tuned model (``python -m
+  electra_tf.predict``)."""
+  _run(COMMANDS["electra-predict"])

@@ -101,7 +101,7 @@ def test_tiny_demo_runs_end_to_end_quietly(tmp_path):
         "probabilities"][0]
     assert np.isclose(probabilities.sum(), 1.0, atol=1e-3)
     best = int(np.argmax(probabilities))
-    assert out["predicted"] == labels[best], (out, probabilities)
+    assert out["prediction"] == labels[best], (out, probabilities)
     assert abs(float(out["probability"]) - probabilities[best]) < 1e-6, (out, probabilities)
     assert line.split()[:2] == [labels[best], f"{float(out['probability']):.2f}"], line
     assert line.endswith(f"[{row['label']}] {row['sentence']}"), line
