@@ -9,7 +9,7 @@ import tensorflow as tf
 import tensorflow_text  # noqa: F401  (registers the ops the SavedModel uses)
 
 from electra_tf.finetuning import registry
-from electra_tf.finetuning.classification import InputExample
+from electra_tf.finetuning.builtin.classification import InputExample
 from electra_tf.finetuning.finetuning_model import FinetuningModel
 from electra_tf.finetuning.wordpiece import truncate_seq_pair
 from electra_tf.interop import finetuned_saved_model as export

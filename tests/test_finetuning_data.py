@@ -2,7 +2,8 @@
 
 import pytest
 
-from electra_tf.finetuning import classification, registry, tagging, wordpiece
+from electra_tf.finetuning import registry, wordpiece
+from electra_tf.finetuning.builtin import classification, tagging
 from electra_tf.finetuning.task_base import DataError
 
 SEQ = 128

@@ -6,7 +6,8 @@ import shutil
 import numpy as np
 import pytest
 
-from electra_tf.finetuning import features, registry, tagging
+from electra_tf.finetuning import features, registry
+from electra_tf.finetuning.builtin import tagging
 
 TASK_NAMES = ["rte", "sts", "squad", "chunk"]  # the reference run's order (task ids)
 MAX_SEQ_LENGTH = 128

@@ -6,7 +6,8 @@ import json
 import numpy as np
 import pytest
 
-from electra_tf.finetuning import qa, registry
+from electra_tf.finetuning import registry
+from electra_tf.finetuning.builtin import qa
 
 BEAM = 5
 

@@ -19,7 +19,8 @@ from helpers import pretrain_data, procs
 
 from electra_tf import training
 from electra_tf.config import PretrainingConfig
-from electra_tf.finetuning import classification, features
+from electra_tf.finetuning import features
+from electra_tf.finetuning.builtin import classification
 from electra_tf.finetuning.finetuning_model import FinetuningModel
 from electra_tf.modeling.bert_config import BertConfig
 from electra_tf.modeling.encoder import Transformer

@@ -13,7 +13,8 @@ import tensorflow as tf
 
 import run_finetuning as rf
 from electra_tf.config import FinetuningConfig
-from electra_tf.finetuning import outputs, registry, tfds_glue
+from electra_tf.finetuning import outputs, registry
+from electra_tf.finetuning.builtin import tfds_glue
 from electra_tf.finetuning.runner import glue_test_indices
 from electra_tf.finetuning.trials import check_init_checkpoint
 

@@ -18,9 +18,10 @@ from typing import Any
 
 from electra_tf.config import FinetuningConfig
 from electra_tf.console import log
-from electra_tf.finetuning import features, tfds_glue
-from electra_tf.finetuning.classification import SingleOutputTask
-from electra_tf.finetuning.qa import QATask
+from electra_tf.finetuning import features
+from electra_tf.finetuning.builtin import tfds_glue
+from electra_tf.finetuning.builtin.classification import SingleOutputTask
+from electra_tf.finetuning.builtin.qa import QATask
 from electra_tf.finetuning.task_base import DataError, Task
 
 CACHE_FORMAT = 1  # bump when the record layout changes

@@ -14,7 +14,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from electra_tf.config import FinetuningConfig
-from electra_tf.finetuning import classification, qa, tagging, tfds_glue
+from electra_tf.finetuning.builtin import classification, qa, tagging, tfds_glue
 from electra_tf.finetuning.task_base import Task
 from electra_tf.finetuning.user import spec as user_spec
 from electra_tf.finetuning.user import tasks as user_tasks

@@ -17,7 +17,7 @@ import tensorflow as tf
 
 from electra_tf import atomic_io
 from electra_tf.config import FinetuningConfig, get_bert_config
-from electra_tf.finetuning.qa import QATask
+from electra_tf.finetuning.builtin.qa import QATask
 from electra_tf.finetuning.task_base import Task
 
 TRAINING = ("max_seq_length", "train_batch_size", "num_train_epochs", "learning_rate",

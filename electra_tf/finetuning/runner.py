@@ -17,9 +17,10 @@ import tensorflow as tf
 from electra_tf import checkpoints, training
 from electra_tf.config import FinetuningConfig
 from electra_tf.console import log
-from electra_tf.finetuning import features, outputs, qa
+from electra_tf.finetuning import features, outputs
 from electra_tf.finetuning import finetuning_model as model_lib
-from electra_tf.finetuning.classification import read_tsv
+from electra_tf.finetuning.builtin import qa
+from electra_tf.finetuning.builtin.classification import read_tsv
 from electra_tf.finetuning.init_report import init_lines
 from electra_tf.finetuning.preprocessing import Preprocessor
 from electra_tf.finetuning.task_base import Task

@@ -14,8 +14,12 @@ import os
 from typing import Any
 
 from electra_tf.console import log
-from electra_tf.finetuning.classification import ClassificationTask, InputExample, RegressionTask
-from electra_tf.finetuning.tagging import TaggingExample, TaggingTask
+from electra_tf.finetuning.builtin.classification import (
+  ClassificationTask,
+  InputExample,
+  RegressionTask,
+)
+from electra_tf.finetuning.builtin.tagging import TaggingExample, TaggingTask
 from electra_tf.finetuning.task_base import data_error
 from electra_tf.finetuning.user import predictions as user_predictions
 from electra_tf.finetuning.user import scoring

@@ -11,7 +11,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping
 from typing import Any
 
-from electra_tf.finetuning.classification import InputExample
+from electra_tf.finetuning.builtin.classification import InputExample
 
 # task -> (TFDS name, text_a field, text_b field or None)
 TFDS_GLUE: dict[str, tuple[str, str, str | None]] = {

@@ -21,13 +21,13 @@ from collections.abc import Iterator, Mapping, Sequence
 from typing import Any
 
 from electra_tf.finetuning import scorers
-from electra_tf.finetuning.features import FeatureSpec
-from electra_tf.finetuning.qa_decoding import (  # noqa: F401  (get_final_text re-exported)
+from electra_tf.finetuning.builtin.qa_decoding import (  # noqa: F401  (get_final_text re-exported)
   DecodeOptions,
   Question,
   SpanQAScorer,
   get_final_text,
 )
+from electra_tf.finetuning.features import FeatureSpec
 from electra_tf.finetuning.task_base import BuiltInTask, Task, data_error
 from electra_tf.finetuning.task_heads import SpanQAHead
 
