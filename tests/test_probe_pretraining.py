@@ -217,7 +217,7 @@ def test_a_mid_run_failure_is_one_warning_and_the_probe_goes_on(tmp_path, monkey
   hook = _hook(tmp_path, lines)
   (tmp_path / "probe").mkdir()
   (tmp_path / "probe" / "t.json").mkdir()  # the state file cannot be written
-  calls = iter([(0.4, 0.5), OSError("task file removed"), (0.4, 0.5)])
+  calls = iter([(0.4, 0.5), np.linalg.LinAlgError("Singular matrix"), (0.4, 0.5)])
 
   def score(features, rows):
     value = next(calls)
