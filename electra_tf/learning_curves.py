@@ -100,15 +100,16 @@ def _probe_panel(ax, train: Mapping[str, Sequence[tuple[int, float]]]) -> None:
   ax.set_ylabel("probe: the task's dev metric")
 
 
-def plot(train: Mapping[str, Sequence[tuple[int, float]]],
-         evaluation: Mapping[str, Sequence[tuple[int, float]]], path: str,
-         title: str = "ELECTRA pre-training") -> None:
-  """Two panels: losses (log scale) and detection / MLM quality, against the step; a third
-  for a probed run. Legends go under the panels, clear of the curves."""
+def figure(train: Mapping[str, Sequence[tuple[int, float]]],
+           evaluation: Mapping[str, Sequence[tuple[int, float]]],
+           title: str = "ELECTRA pre-training"):
+  """The matplotlib figure: losses (log scale) and detection / MLM quality against the step,
+  a third panel for a probed run; each panel's legend under it, clear of the curves."""
   import matplotlib
 
   matplotlib.use("Agg")
   import matplotlib.pyplot as plt
+  from matplotlib.ticker import MaxNLocator
 
   panels = 3 if probe_tasks(train) else 2
   fig, axes = plt.subplots(1, panels, figsize=(5.5 * panels, 4.6))
@@ -125,6 +126,7 @@ def plot(train: Mapping[str, Sequence[tuple[int, float]]],
     _probe_panel(axes[2], train)
   for ax in axes:
     ax.set_xlabel("step")
+    ax.xaxis.set_major_locator(MaxNLocator(integer=True))
     ax.grid(alpha=0.3)
     ax.legend(fontsize=8, loc="upper center", bbox_to_anchor=(0.5, -0.15), ncol=2,
               frameon=False)
@@ -136,6 +138,16 @@ def plot(train: Mapping[str, Sequence[tuple[int, float]]],
   ax_quality.set_title("replaced-token detection and MLM")
   fig.suptitle(title)
   fig.tight_layout()
+  return fig
+
+
+def plot(train: Mapping[str, Sequence[tuple[int, float]]],
+         evaluation: Mapping[str, Sequence[tuple[int, float]]], path: str,
+         title: str = "ELECTRA pre-training") -> None:
+  """Writes ``figure(...)`` as a PNG at ``path`` (atomically)."""
+  import matplotlib.pyplot as plt
+
+  fig = figure(train, evaluation, title)
   with atomic_io.temp_path(path) as tmp:
     fig.savefig(tmp, dpi=100, format="png", bbox_inches="tight")
   plt.close(fig)
