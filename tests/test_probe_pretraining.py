@@ -241,3 +241,16 @@ def test_only_the_chief_probes(data_root):
   worker.attach(trainer, encoder=object(), start_step=0)
   assert trainer.interval_hooks == () and worker.summary_lines() == []
   assert not os.path.exists(config.model_dir)
+
+
+@pytest.mark.slow
+def test_the_reference_is_cached_by_what_made_it(data_root):
+  config = PretrainingConfig("cached", str(data_root), **SMALL)
+  lines = []
+  first = dp.prepare(config, _settings(data_root), log_fn=lines.append)
+  again = dp.prepare(config, _settings(data_root), log_fn=lines.append)
+  assert again.reference == first.reference
+  assert "(cached in" in lines[-1] and "(cached in" not in lines[0]
+  fewer = dp.prepare(config, _settings(data_root, rows=40), log_fn=lines.append)
+  assert "(cached in" not in lines[-1] and "its history restarts" in lines[-1]
+  assert fewer.reference != first.reference

@@ -171,11 +171,17 @@ class Reference:
 def compute_reference(rows: probe.ProbeRows, config: PretrainingConfig,
                       seeds: tuple[int, ...] = SEEDS) -> Reference:
   """Probes ``len(seeds)`` discriminator-shaped encoders at random init (reseeds python,
-  numpy and TF: call it before the run builds and seeds its model)."""
-  per_seed = []
+  numpy and TF: call it before the run builds and seeds its model). One encoder is traced;
+  each seed's initial weights are copied into it."""
+  per_seed, encoder, features = [], None, None
   for seed in seeds:
-    encoder = probe.random_encoder(get_bert_config(config), config.embedding_size, seed)
-    per_seed.append(probe.score(probe.PooledFeatures(encoder), rows))
+    fresh = probe.random_encoder(get_bert_config(config), config.embedding_size, seed)
+    if encoder is None:
+      encoder, features = fresh, probe.PooledFeatures(fresh)
+    else:
+      for variable, value in zip(encoder.variables, fresh.variables, strict=True):
+        variable.assign(value)
+    per_seed.append(probe.score(features, rows))
   return Reference(tuple(seeds), *(tuple(s[p] for s in per_seed) for p in probe.POOLINGS))
 
 
@@ -205,9 +211,10 @@ def prepare(config: PretrainingConfig, settings: ProbeSettings, is_chief: bool =
   else:
     start = time.perf_counter()
     reference = compute_reference(rows, config)
+    changed = "; the probe's rows or the model changed: its history restarts" if state else ""
     state = {"key": key, "reference": dataclasses.asdict(reference), "history": [],
              "beat": None}
-    log_fn(f"{what} {reference} ({time.perf_counter() - start:.0f} s)")
+    log_fn(f"{what} {reference} ({time.perf_counter() - start:.0f} s{changed})")
     try:
       _write_state(state_file, state)
     except OSError as e:
