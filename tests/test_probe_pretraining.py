@@ -8,6 +8,7 @@ import pathlib
 import struct
 import subprocess
 import sys
+import types
 
 import numpy as np
 import pytest
@@ -137,6 +138,15 @@ def test_bad_probe_settings_are_one_line_before_any_model(data_root, data_dir, t
     assert str(error.value).startswith(message), str(error.value)
     assert "\n" not in str(error.value)
   assert not os.path.exists(config.model_dir)  # nothing written, no model built
+
+  class Flags:  # --probe_every given, --probe_task not
+    probe_task = None
+
+    def __getitem__(self, name):
+      return types.SimpleNamespace(present=name == "probe_every")
+
+  with pytest.raises(ValueError, match=r"^--probe_every given without --probe_task$"):
+    dp.from_flags(Flags(), config, None, str(data_root))
 
 
 @pytest.mark.slow
