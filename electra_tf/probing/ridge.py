@@ -17,16 +17,33 @@ training row with it.
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 
 import numpy as np
+
+try:  # optional (scikit-learn's): see one_blas_thread
+  from threadpoolctl import threadpool_limits
+except ImportError:  # pragma: no cover - the BLAS keeps its own threads
+  threadpool_limits = None
 
 RIDGES = (0.1, 1.0, 10.0, 100.0, 1000.0, 10000.0)
 HELD_OUT = 0.2  # fraction of the training rows that scores each candidate penalty
 SPLIT_SEED = 0
 
 Metric = Callable[[np.ndarray, np.ndarray], float]  # (labels [N], predictions [N]) -> score
+
+
+@contextlib.contextmanager
+def one_blas_thread() -> Iterator[None]:
+  """numpy's BLAS on one thread: on a busy machine OpenBLAS threads waiting for each other make
+  these small products and solves (D <= 1024) about 100x slower; one thread takes milliseconds."""
+  if threadpool_limits is None:
+    yield
+    return
+  with threadpool_limits(limits=1, user_api="blas"):
+    yield
 
 
 def ridge_weights(a: np.ndarray, targets: np.ndarray, ridge: float) -> np.ndarray:
@@ -87,10 +104,11 @@ def probe_score(train_x: np.ndarray, train_y: np.ndarray, dev_x: np.ndarray, dev
                 ridge: float | None = None) -> float:
   """Dev ``metric`` of a ridge read-out fitted on every training row; ``ridge`` None: chosen
   by ``choose_ridge`` on the training rows."""
-  if ridge is None:
-    ridge = choose_ridge(train_x, train_y, num_classes, metric)
-  readout = fit(train_x, train_y, ridge, num_classes)
-  return float(metric(dev_y, readout.predict(dev_x)))
+  with one_blas_thread():
+    if ridge is None:
+      ridge = choose_ridge(train_x, train_y, num_classes, metric)
+    readout = fit(train_x, train_y, ridge, num_classes)
+    return float(metric(dev_y, readout.predict(dev_x)))
 
 
 def accuracy(labels: np.ndarray, predictions: np.ndarray) -> float:
@@ -111,5 +129,6 @@ def bag_of_words_accuracy(train_ids: np.ndarray, train_y: np.ndarray, dev_ids: n
     return x
 
   num_classes = int(max(train_y.max(), dev_y.max())) + 1
-  weights = ridge_weights(presence(train_ids), np.eye(num_classes)[train_y], ridge)
-  return accuracy(dev_y, (presence(dev_ids) @ weights).argmax(1))
+  with one_blas_thread():
+    weights = ridge_weights(presence(train_ids), np.eye(num_classes)[train_y], ridge)
+    return accuracy(dev_y, (presence(dev_ids) @ weights).argmax(1))
