@@ -321,8 +321,12 @@ class RunProbe:
                    f"{cls:.3f}, mean {mean:.3f}; random init {ref}")
       beat = self.state.get("beat")
       if beat:
-        lines.append(f"    the {_words(beat[1])} features beat random init by more than its "
-                     f"spread from step {beat[0]} on")
+        above = [_words(p) for p, v in zip(probe.POOLINGS, (cls, mean), strict=True)
+                 if v > ref.value + ref.spread]
+        now = (f"the {' and '.join(above)} features still do" if above
+               else "neither pooling does any more")
+        lines.append(f"    the {_words(beat[1])} features first beat random init by more than "
+                     f"its spread at step {beat[0]}; at step {step} {now}")
       else:
         lines.append(f"    in {len(history)} probe(s), steps {history[0][0]}-{step}, the "
                      "features never beat random init by more than its spread: the losses can "
