@@ -112,7 +112,7 @@ def figure(train: Mapping[str, Sequence[tuple[int, float]]],
   from matplotlib.ticker import MaxNLocator
 
   panels = 3 if probe_tasks(train) else 2
-  fig, axes = plt.subplots(1, panels, figsize=(5.5 * panels, 4.6))
+  fig, axes = plt.subplots(1, panels, figsize=(5.5 * panels, 4.6), sharex=True)
   ax_loss, ax_quality = axes[:2]
   for ax, group in ((ax_loss, LOSSES), (ax_quality, QUALITY)):
     for tag, label in group:
