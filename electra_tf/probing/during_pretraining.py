@@ -205,8 +205,8 @@ def prepare(config: PretrainingConfig, settings: ProbeSettings, is_chief: bool =
   state = _read_state(state_file)
   what = (f"probe {settings.task}: {len(rows.train)} train / {len(rows.dev)} dev rows, dev "
           f"{rows.metric_name}; random init ({len(SEEDS)} seeds)")
-  if state.get("key") == key:
-    reference = Reference(**{k: tuple(v) for k, v in state["reference"].items()})
+  reference = _cached_reference(state) if state.get("key") == key else None
+  if reference is not None:
     log_fn(f"{what} {reference} (cached in {state_file})")
   else:
     start = time.perf_counter()
@@ -221,6 +221,13 @@ def prepare(config: PretrainingConfig, settings: ProbeSettings, is_chief: bool =
       log_fn(f"Warning: cannot cache the probe's reference in {state_file}: {first_line(e)}")
   return RunProbe(settings, rows, reference, state_file, config.num_train_steps, key, log_fn,
                   state)
+
+
+def _cached_reference(state: Mapping[str, Any]) -> Reference | None:
+  try:
+    return Reference(**{k: tuple(v) for k, v in state["reference"].items()})
+  except (AttributeError, KeyError, TypeError):
+    return None  # damaged: recomputed
 
 
 def _read_state(path: str) -> dict[str, Any]:
