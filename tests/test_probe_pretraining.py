@@ -18,6 +18,7 @@ from helpers import pretrain_data, probe_data, procs
 import run_pretraining as rp
 from electra_tf import learning_curves, training
 from electra_tf.config import PretrainingConfig
+from electra_tf.finetuning.registry import TASK_NAMES
 from electra_tf.probing import during_pretraining as dp
 from electra_tf.probing import probe
 
@@ -157,14 +158,9 @@ def test_a_missing_probe_task_stops_the_script_before_step_1(data_root):
   assert proc.returncode == 1
   out = (proc.stdout + proc.stderr).strip().splitlines()
   assert out == [f"run_pretraining.py: error: --probe_task nosuch: Unknown task 'nosuch'; "
-                 f"known tasks: {', '.join(probe_registry_names())}, or a folder with a "
+                 f"known tasks: {', '.join(TASK_NAMES)}, or a folder with a "
                  f"task.json (none in {data_root}/finetuning_data/nosuch)"], out
   assert not (data_root / "models" / "cli").exists()
-
-
-def probe_registry_names():
-  from electra_tf.finetuning.registry import TASK_NAMES
-  return TASK_NAMES
 
 
 class _Trainer:
