@@ -68,6 +68,7 @@ PRECISIONS = ("none", "bfloat16", "float16")
 
 def define_flags() -> None:
   """Command-line flags (defined on demand, so that importing this module defines none)."""
+  from electra_tf.probing.during_pretraining import define_flags as define_probe_flags
   from electra_tf.training.runtime import STRATEGIES
 
   flags.DEFINE_string("data_dir", None, "Folder with pretrain_tfrecords/, vocab.txt, models/.")
@@ -89,17 +90,18 @@ def define_flags() -> None:
                     "checkpoints: it is first renamed to <folder>.before-restart-<n>.")
   flags.DEFINE_float("peak_tflops", None, "Peak TFLOP/s of one device for MFU (default: looked "
                      "up for known GPUs, estimated for CPUs; see electra_tf/training/hardware.py).")
+  define_probe_flags()
 
 
 def train_or_eval(config: Any, strategy: Any = None, jit_compile: bool = False,
                   mixed_precision: str | None = None, peak_flops: float | None = None,
-                  log_fn: Callable[[str], None] = log, check_data: bool | None = None
-                  ) -> dict[str, dict[str, float]]:
+                  log_fn: Callable[[str], None] = log, check_data: bool | None = None,
+                  probe: Any = None) -> dict[str, dict[str, float]]:
   """Pre-trains and/or evaluates as ``config`` says (official ``train_or_eval``).
 
   Returns ``{"train": last logged values, "eval": eval results}`` (the parts that ran).
   ``check_data``: read every shard before step 1 (True), never (False), or when the data is
-  small (None, < 1 GiB).
+  small (None, < 1 GiB). ``probe``: a ``probing.during_pretraining.RunProbe`` to attach.
   """
   import tensorflow as tf
 
@@ -121,6 +123,8 @@ def train_or_eval(config: Any, strategy: Any = None, jit_compile: bool = False,
                         check=check_data, log_fn=log_fn)  # after build_run's setup checks
   results: dict[str, dict[str, float]] = {}
   start = run.trainer.restore_or_initialize()
+  if probe is not None and config.do_train:
+    probe.attach(run.trainer, run.model.discriminator, start)
   if config.do_train:
     model_dir.write_model_files(config.model_dir, config, config.vocab_file)
     log_fn("=" * 80 + f"\nRunning training from step {start}\n" + "=" * 80)
@@ -144,7 +148,7 @@ def train_or_eval(config: Any, strategy: Any = None, jit_compile: bool = False,
 
 
 def print_summary(config: Any, results: dict[str, dict[str, float]], start_step: int,
-                  seconds: float) -> None:
+                  seconds: float, probe: Any = None) -> None:
   """The block a run ends with: steps trained, last train interval, eval metrics, where to look.
 
   The eval metrics are printed here only (one ``key = value`` line each, as the official code).
@@ -163,6 +167,7 @@ def print_summary(config: Any, results: dict[str, dict[str, float]], start_step:
            if k in train]
   if shown:
     lines.append("  last train interval: " + ", ".join(f"{k} {train[k]:.4g}" for k in shown))
+  lines += probe.summary_lines() if probe is not None else []
   if "eval" in results:
     lines.append(f"  eval ({config.num_eval_steps} batches of {config.eval_batch_size}):")
     lines += [f"    {k} = {results['eval'][k]}" for k in sorted(results["eval"])]
@@ -214,9 +219,12 @@ def main(argv: Sequence[str]) -> None:
   start_step = step_of(latest) if latest else 0
   start = time.perf_counter()
   check = {"auto": None, "true": True, "false": False}[FLAGS.check_data]
+  from electra_tf.probing import during_pretraining
+
+  probe = during_pretraining.from_flags(FLAGS, config, strategy, data_dir)  # before seeding
   results = train_or_eval(config, strategy, FLAGS.jit_compile, precision, peak,
-                          check_data=check)
-  print_summary(config, results, start_step, time.perf_counter() - start)
+                          check_data=check, probe=probe)
+  print_summary(config, results, start_step, time.perf_counter() - start, probe)
 
 
 if __name__ == "__main__":

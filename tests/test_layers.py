@@ -19,7 +19,7 @@ LAYERS = [
     ("pre-training", ["electra_tf.pretraining"]),
     ("fine-tuning", ["electra_tf.finetuning"]),
     ("run wiring", ["electra_tf.pretraining.task", "electra_tf.finetuning.runner",
-                    "electra_tf.finetuning.trials"]),
+                    "electra_tf.finetuning.trials", "electra_tf.probing"]),
     ("interop exports", ["electra_tf.interop"]),
     ("entry points", ["electra_tf.convert", "electra_tf.learning_curves", "electra_tf.predict",
                       "electra_tf.commands"]),

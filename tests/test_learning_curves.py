@@ -1,5 +1,6 @@
 """Learning curves read back from real TensorBoard event files, plotted and tabulated."""
 
+import pytest
 import tensorflow as tf
 
 from electra_tf import learning_curves
@@ -35,6 +36,50 @@ def test_read_table_and_png(tmp_path):
   png = tmp_path / "curves.png"
   learning_curves.plot(train, evaluation, str(png))
   assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" and png.stat().st_size > 10_000
+
+
+def _write_probe(model_dir, task="topic", steps=(20, 40, 70)):
+  writer = tf.summary.create_file_writer(str(model_dir))
+  with writer.as_default():
+    for s in steps:
+      for name, value in (("cls", 0.3 + s / 1000), ("mean", 0.5 + s / 500),
+                          ("random_init", 0.52), ("random_init_spread", 0.02)):
+        tf.summary.scalar(f"probe/{task}/{name}", value, step=s)
+  writer.close()
+
+
+def _overlaps(a, b) -> bool:
+  return a.x0 < b.x1 and b.x0 < a.x1 and a.y0 < b.y1 and b.y0 < a.y1
+
+
+def test_every_panel_has_a_y_label_and_its_legend_clear_of_the_curves(tmp_path):
+  _write_run(tmp_path)
+  train = learning_curves.read_scalars(str(tmp_path))
+  evaluation = learning_curves.read_scalars(str(tmp_path / "eval"))
+  assert learning_curves.probe_tasks(train) == []
+  fig = learning_curves.figure(train, evaluation)
+  assert len(fig.axes) == 2
+  _write_probe(tmp_path)
+  train = learning_curves.read_scalars(str(tmp_path))
+  assert learning_curves.probe_tasks(train) == ["topic"]
+  fig = learning_curves.figure(train, evaluation)
+  assert len(fig.axes) == 3  # the probe's panel
+  renderer = fig.canvas.get_renderer()
+  for ax in fig.axes:
+    assert ax.get_ylabel()
+    legend = ax.get_legend()
+    assert legend is not None and legend.get_texts()
+    assert not _overlaps(legend.get_window_extent(renderer), ax.get_window_extent(renderer))
+  probe_panel = fig.axes[2]
+  assert [t.get_text() for t in probe_panel.get_legend().get_texts()] == [
+      "[CLS]", "mean-pooled", "random init (0.520 ± 0.020)"]
+  band = probe_panel.patches[0]  # the reference +- its spread, in data coordinates
+  corners = probe_panel.transData.inverted().transform(
+      band.get_transform().transform(band.get_path().vertices))
+  assert (corners[:, 1].min(), corners[:, 1].max()) == pytest.approx((0.50, 0.54))
+  png = tmp_path / "probe.png"
+  learning_curves.plot(train, evaluation, str(png))
+  assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
 
 
 def test_missing_events_is_one_line(tmp_path, capsys):

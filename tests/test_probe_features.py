@@ -1,60 +1,194 @@
-"""tools/probe_features.py: the ridge probe, and the CLI on the official 2-layer checkpoint."""
+"""The linear probe (electra_tf/probing/: ridge.py, probe.py) and tools/probe_features.py: the
+closed-form ridge against a direct least-squares solve, the penalty chosen on train rows only,
+a planted word read off a random encoder's features (and not off shuffled labels), any
+fine-tuning task's rows, weights really loaded, and the command on a planted task."""
 
 import os
 import subprocess
 import sys
 
 import numpy as np
+import pytest
+import tensorflow as tf
+from helpers import probe_data, user_data
 
+from electra_tf.config import PretrainingConfig, get_bert_config
+from electra_tf.finetuning import registry
+from electra_tf.pretraining.builder import build_pretraining_model
+from electra_tf.probing import probe, ridge
 from tests.helpers.paths import REPO_ROOT
 
-sys.path.insert(0, os.path.join(str(REPO_ROOT), "tools"))
-import probe_features  # noqa: E402
+TINY_SHAPE = {"model_hparam_overrides": {"hidden_size": 64, "num_hidden_layers": 2},
+              "embedding_size": 64}
 
 
-def test_probe_reads_a_separable_label_and_not_noise():
+@pytest.fixture(scope="module")
+def tokenizer(vocab_file):
+  return registry.make_tokenizer(vocab_file)
+
+
+@pytest.fixture(scope="module")
+def planted_root(tmp_path_factory, data_dir):
+  root = tmp_path_factory.mktemp("planted")
+  probe_data.write_planted_task(root / "finetuning_data" / "planted", data_dir)
+  return root
+
+
+def _config(vocab_size=30522, **shape):
+  return PretrainingConfig("probe", "", vocab_size=vocab_size, **{**TINY_SHAPE, **shape})
+
+
+@pytest.mark.parametrize("rows,features", [(30, 8), (8, 30)])  # primal, dual
+@pytest.mark.parametrize("penalty", [0.5, 20.0])
+def test_ridge_weights_equal_a_direct_least_squares_solve(rows, features, penalty):
+  rng = np.random.default_rng(rows)
+  a, y = rng.normal(size=(rows, features)), rng.normal(size=(rows, 3))
+  # ridge = least squares on A stacked over sqrt(penalty) I, Y stacked over zeros
+  stacked = np.concatenate([a, np.sqrt(penalty) * np.eye(features)])
+  want = np.linalg.lstsq(stacked, np.concatenate([y, np.zeros((features, 3))]), rcond=None)[0]
+  np.testing.assert_allclose(ridge.ridge_weights(a, y, penalty), want, rtol=1e-9, atol=1e-12)
+
+
+def test_a_regressor_is_the_least_squares_fit_of_standardised_features_plus_the_mean():
+  rng = np.random.default_rng(1)
+  x, y = rng.normal(3.0, 2.0, size=(40, 5)), rng.normal(1.5, 1.0, size=40)
+  readout = ridge.fit(x, y, 2.0, num_classes=None)
+  a = (x - x.mean(0)) / (x.std(0) + 1e-6)
+  w = np.linalg.lstsq(np.concatenate([a, np.sqrt(2.0) * np.eye(5)]),
+                      np.concatenate([y - y.mean(), np.zeros(5)]), rcond=None)[0]
+  np.testing.assert_allclose(readout.predict(x), a @ w + y.mean(), rtol=1e-9)
+
+
+def test_the_penalty_is_chosen_on_train_rows_and_scored_once_on_dev():
   rng = np.random.default_rng(0)
   y = rng.integers(0, 3, 300)
-  signal = np.eye(3)[y] @ rng.normal(size=(3, 16)) + 0.1 * rng.normal(size=(300, 16))
-  assert probe_features.probe_accuracy(signal[:200], y[:200], signal[200:], y[200:], 1.0) == 1.0
-  noise = rng.normal(size=(300, 16))
-  assert probe_features.probe_accuracy(noise[:200], y[:200], noise[200:], y[200:], 1.0) < 0.6
+  x = np.eye(3)[y] @ rng.normal(size=(3, 16)) + 2.0 * rng.normal(size=(300, 16))
+  seen = []
+
+  def metric(labels, predictions):
+    seen.append(np.asarray(labels))
+    return ridge.accuracy(labels, predictions)
+
+  score = ridge.probe_score(x[:200], y[:200], x[200:], y[200:], metric, 3)
+  *choosing, scoring = seen
+  assert len(choosing) == len(ridge.RIDGES)
+  assert all(len(s) == 40 for s in choosing)  # a fifth of the 200 train rows
+  held = np.random.default_rng(ridge.SPLIT_SEED).permutation(200)[:40]
+  assert all(np.array_equal(s, y[held]) for s in choosing)
+  assert np.array_equal(scoring, y[200:])
+  best = max(sorted(ridge.RIDGES, reverse=True), key=lambda r: ridge.accuracy(
+      y[held], ridge.fit(np.delete(x[:200], held, 0), np.delete(y[:200], held), r, 3).predict(
+          x[held])))
+  assert score == ridge.accuracy(y[200:], ridge.fit(x[:200], y[:200], best, 3).predict(x[200:]))
 
 
-def test_cli_probes_random_and_official_checkpoint(tmp_path, reference_dir, data_dir):
-  rows = (data_dir / "glue" / "SST-2" / "dev.tsv").read_text(encoding="utf-8").splitlines()
-  (tmp_path / "train.tsv").write_text("\n".join(rows[:61]) + "\n", encoding="utf-8")
-  (tmp_path / "dev.tsv").write_text("\n".join(rows[:1] + rows[61:101]) + "\n", encoding="utf-8")
+def test_a_random_encoder_probe_reads_a_planted_word_and_not_shuffled_labels(planted_root,
+                                                                               tokenizer):
+  rows = probe.task_rows("planted", str(planted_root), tokenizer, 32, train_rows=150)
+  assert (len(rows.train), len(rows.dev), rows.num_classes) == (150, 60, 3)
+  assert rows.metric_name == "accuracy"
+  encoder = probe.random_encoder(get_bert_config(_config()), 64, seed=1)
+  features = probe.PooledFeatures(encoder)
+  scores = probe.score(features, rows)
+  assert scores["mean"] > 0.95, scores
+  shuffled = np.random.default_rng(0).permutation(rows.train.labels)
+  noise = probe.ProbeRows("planted", probe.Split(rows.train.input_ids, rows.train.input_mask,
+                                                 rows.train.segment_ids, shuffled),
+                          rows.dev, 3, "accuracy", rows.metric)
+  assert probe.score(features, noise)["mean"] < 0.6
+
+
+def test_features_do_not_depend_on_padding_or_batching(planted_root, tokenizer):
+  rows = probe.task_rows("planted", str(planted_root), tokenizer, 32, train_rows=40)
+  encoder = probe.random_encoder(get_bert_config(_config()), 64, seed=2)
+  batched = probe.PooledFeatures(encoder, batch_size=7)(rows.train)
+  for i in (0, 13, 39):  # one row alone, at full width with its padding
+    split = rows.train
+    out = encoder(split.input_ids[i:i + 1], split.input_mask[i:i + 1],
+                  split.segment_ids[i:i + 1], training=False)["sequence_output"][0].numpy()
+    real = split.input_mask[i] > 0
+    np.testing.assert_allclose(batched["cls"][i], out[0], rtol=1e-4, atol=1e-5)
+    np.testing.assert_allclose(batched["mean"][i], out[real].mean(0), rtol=1e-4, atol=1e-5)
+
+
+def test_any_sentence_task_fine_tuning_reads(tmp_path, data_dir, tokenizer):
+  user_data.write_all(tmp_path, data_dir)
+  sts = probe.task_rows("similarity", str(tmp_path), tokenizer, 48, train_rows=30)
+  assert sts.num_classes is None and sts.metric_name == "pearson"
+  assert sts.train.labels.dtype == np.float64 and 0 <= sts.train.labels.min() <= 1
+  mrpc = probe.task_rows("mrpc", str(tmp_path), tokenizer, 48, train_rows=100, dev_rows=10)
+  assert (len(mrpc.train), len(mrpc.dev)) == (40, 10)  # each pair once, no swapped copies
+  assert mrpc.train.segment_ids.max() == 1 and mrpc.metric_name == "accuracy"
+  encoder = probe.random_encoder(get_bert_config(_config()), 64, seed=1)
+  score = probe.score(probe.PooledFeatures(encoder), sts)
+  assert all(-1 <= v <= 1 for v in score.values())
+  with pytest.raises(ValueError, match="'chunk' is not a sentence"):
+    probe.task_rows("chunk", str(tmp_path), tokenizer, 48, train_rows=30)
+
+
+def test_loaded_weights_are_the_checkpoints_and_their_features_differ_from_random(
+    reference_dir, tmp_path, planted_root, tokenizer):
+  rows = probe.task_rows("planted", str(planted_root), tokenizer, 32, train_rows=20)
+  official = PretrainingConfig("probe", "", vocab_size=30522,
+                               model_hparam_overrides={"num_hidden_layers": 2})
+  encoder = probe.random_encoder(get_bert_config(official), official.embedding_size, seed=1)
+  random_features = probe.PooledFeatures(encoder)(rows.train)["mean"]
+  path = str(reference_dir / "electra_small_2l")
+  probe.load_encoder(encoder, path)
+  reader = tf.train.load_checkpoint(path + "/model.ckpt")
+  for variable in encoder.variables:
+    np.testing.assert_array_equal(variable.numpy(), reader.get_tensor(variable.name[:-2]))
+  loaded = probe.PooledFeatures(encoder)(rows.train)["mean"]
+  assert np.abs(loaded - random_features).mean() > 0.1
+
+  # one of our TF2 checkpoints (a pre-training model's): its discriminator, not the init
+  config = _config(vocab_size=len(tokenizer.vocab))
+  model = build_pretraining_model(config, tokenizer.vocab)
+  prefix = tf.train.Checkpoint(model=model).write(str(tmp_path / "ckpt-1"))
+  ours = probe.random_encoder(get_bert_config(config), 64, seed=7)
+  probe.load_encoder(ours, prefix)
+  for a, b in zip(ours.variables, model.discriminator.variables, strict=True):
+    np.testing.assert_array_equal(a.numpy(), b.numpy())
+
+
+@pytest.mark.slow
+def test_cli_reads_the_planted_word_off_random_init_and_loads_the_checkpoint(
+    tmp_path, reference_dir, planted_root):
+  task = planted_root / "finetuning_data" / "planted"
   env = dict(os.environ, PYTHONPATH=str(REPO_ROOT), TF_USE_LEGACY_KERAS="1")
   out = subprocess.run(
       [sys.executable, str(REPO_ROOT / "tools" / "probe_features.py"),
        f"--model_dirs={reference_dir / 'electra_small_2l'}",
-       f"--vocab_file={reference_dir / 'vocab.txt'}", f"--train_tsv={tmp_path / 'train.tsv'}",
-       f"--dev_tsv={tmp_path / 'dev.tsv'}", "--max_seq_length=32"],
+       f"--vocab_file={reference_dir / 'vocab.txt'}", f"--train_tsv={task / 'train.csv'}",
+       f"--dev_tsv={task / 'dev.csv'}", "--max_seq_length=16", "--bag_of_words"],
       capture_output=True, text=True, env=env, timeout=300, check=True).stdout
   lines = out.strip().splitlines()
-  assert lines[0].startswith("probe: 60 train / 40 dev rows, 2 classes")
-  assert len(lines) == 3
+  assert lines[0].startswith("probe: 150 train / 60 dev rows, 3 classes")
+  assert lines[1].startswith("bag-of-words: ") and float(lines[1].split()[-1]) > 0.95
   sources = ["random", str(reference_dir / "electra_small_2l")]
-  for line, source in zip(lines[1:], sources, strict=True):
+  scores = {}
+  for line, source in zip(lines[2:], sources, strict=True):
     assert line.startswith(f"{source}: ")
     words = line.split(": ", 1)[1].split()
-    scores = dict(zip(words[::2], words[1::2], strict=True))
-    assert sorted(scores) == sorted(f"{layer}_{pool}" for layer in ("emb", "layer0", "layer1")
-                                    for pool in ("cls", "mean"))
-    assert all(0.0 <= float(v) <= 1.0 for v in scores.values())
+    scores[source] = {k: float(v) for k, v in zip(words[::2], words[1::2], strict=True)}
+    assert sorted(scores[source]) == sorted(f"{layer}_{pool}" for pool in ("cls", "mean")
+                                            for layer in ("emb", "layer0", "layer1"))
+  assert scores["random"]["emb_mean"] > 0.95 and scores["random"]["layer1_mean"] > 0.95
+  assert scores["random"]["emb_cls"] < 0.5  # one vector for every sentence: chance
+  assert scores["random"] != scores[sources[1]]
 
 
 def test_rows_of_a_user_task_csv_and_a_glue_tsv(tmp_path):
   csv_file = tmp_path / "train.csv"
   csv_file.write_text('id,sentence,label\n0,"Wait, then read.",asyncio\n1,Parse it.,email\n',
                       encoding="utf-8")
-  assert probe_features.read_rows(str(csv_file), "sentence", "label") == (
+  assert probe.read_table(str(csv_file), "sentence", "label") == (
       ["Wait, then read.", "Parse it."], ["asyncio", "email"])
   tsv_file = tmp_path / "train.tsv"
   tsv_file.write_text('sentence\tlabel\na "quoted", film\t1\n', encoding="utf-8")
-  assert probe_features.read_rows(str(tsv_file), "sentence", "label") == (
-      ['a "quoted", film'], ["1"])
+  assert probe.read_table(str(tsv_file), "sentence", "label") == (['a "quoted", film'], ["1"])
+  with pytest.raises(ValueError, match="train.tsv: no column 'text'"):
+    probe.read_table(str(tsv_file), "text", "label")
 
 
 def test_bag_of_words_reads_a_label_carried_by_one_word():
@@ -63,7 +197,6 @@ def test_bag_of_words_reads_a_label_carried_by_one_word():
   ids = rng.integers(5, 40, (200, 8))
   ids[:, 3] = np.where(y == 1, 41, 42)  # the label's own word
   ids[:, 0] = 2  # [CLS]: reserved ids are left out
-  assert probe_features.bag_of_words_accuracy(ids[:100], y[:100], ids[100:], y[100:], 50) == 1.0
+  assert ridge.bag_of_words_accuracy(ids[:100], y[:100], ids[100:], y[100:], 50) == 1.0
   noise = rng.integers(5, 40, (200, 8))
-  assert probe_features.bag_of_words_accuracy(noise[:100], y[:100], noise[100:], y[100:],
-                                              50) < 0.7
+  assert ridge.bag_of_words_accuracy(noise[:100], y[:100], noise[100:], y[100:], 50) < 0.7

@@ -1,0 +1,349 @@
+"""The probe during pre-training: its flags, the checks before step 1, the random-init
+reference, and the interval hook that probes the discriminator.
+
+    probe = from_flags(FLAGS, config, strategy, data_dir)  # None without --probe_task
+    ... build the run, restore the latest checkpoint (start step) ...
+    probe.attach(trainer, model.discriminator, start)     # a Trainer interval hook
+    trainer.train(...)                                    # probes every --probe_every steps
+    lines = probe.summary_lines()
+
+Before step 1 (every worker): the task is read and featurized with the run's vocabulary; a
+task that does not exist, has too few rows, or whose text the vocabulary cannot spell
+(more than ``MAX_UNKNOWN`` of its WordPieces ``[UNK]``) is one error line. Then, on the chief
+only, the random-init reference: the probe of discriminator-shaped encoders at random init
+(seeds ``SEEDS``), computed once per run and kept in ``<model_dir>/probe/<task>.json`` with the
+key of what made it (rows, shape, seeds, versions). It is computed before the run builds its
+model, whose seeding then happens as without a probe: a run trains the same with or without it.
+
+At every probe interval and at the end the chief probes the discriminator (frozen, inference
+mode) and writes ``probe/<task>/cls``, ``probe/<task>/mean`` and the reference
+(``random_init``: the better pooling's mean over the seeds, ``random_init_spread``: their
+standard deviation) to TensorBoard, prints one line, and keeps the history in the same JSON
+file, so a resumed run continues it. The first time a pooling beats the reference by more than
+its spread, one line says so; the summary says in words whether it ever did. A probe that fails
+mid-run (a full disk, an unreadable folder...) is one warning; training goes on.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import os
+import time
+from collections.abc import Callable, Mapping
+from typing import Any
+
+import numpy as np
+import tensorflow as tf
+import tf_keras
+from absl import flags
+
+from electra_tf import atomic_io, probing
+from electra_tf.config import PretrainingConfig, get_bert_config
+from electra_tf.console import first_line, log
+from electra_tf.finetuning import registry
+from electra_tf.probing import probe
+from electra_tf.training import runtime
+
+SEEDS = (1, 2, 3)
+MIN_TRAIN_ROWS = 20  # the ridge penalty is chosen on a fifth of them
+MIN_DEV_ROWS = 10
+MAX_UNKNOWN = 0.10  # fraction of a task's WordPieces that may be [UNK]
+VERSION = 1  # of the method: part of the reference's cache key
+DOCS = "docs/pretraining.md#a-downstream-probe-during-pre-training"
+
+
+def define_flags() -> None:
+  """run_pretraining.py's probe flags (defined on demand, as the script's own)."""
+  flags.DEFINE_string("probe_task", None, "Probe the discriminator on this fine-tuning task "
+                      "while pre-training: a GLUE name or a folder with a task.json, read from "
+                      "<probe_data_dir>/finetuning_data/<task>/ (" + DOCS + ").")
+  flags.DEFINE_string("probe_data_dir", None, "Folder holding finetuning_data/ (default: "
+                      "--data_dir).")
+  flags.DEFINE_integer("probe_rows", 500, "Train rows (the first N) the probe is fitted on.")
+  flags.DEFINE_integer("probe_dev_rows", 500, "Dev rows (the first N; 0: all) it is scored on.")
+  flags.DEFINE_integer("probe_every", 1000, "Probe at the first log line at or after every N "
+                       "steps, and at the end.")
+  flags.DEFINE_integer("probe_max_seq_length", 128, "Tokens per probe row, [CLS] and [SEP] "
+                       "included.")
+
+
+@dataclasses.dataclass(frozen=True)
+class ProbeSettings:
+  """What to probe and how often (the flags' values)."""
+
+  task: str
+  data_dir: str
+  rows: int = 500
+  dev_rows: int = 500  # 0: all
+  every: int = 1000
+  max_seq_length: int = 128
+
+  def check(self, max_positions: int) -> None:
+    if self.rows < MIN_TRAIN_ROWS:
+      raise ValueError(f"--probe_rows must be >= {MIN_TRAIN_ROWS}; got {self.rows}")
+    if self.dev_rows < 0 or self.every < 1:
+      raise ValueError(f"--probe_dev_rows must be >= 0 and --probe_every >= 1; got "
+                       f"{self.dev_rows} and {self.every}")
+    if not 3 <= self.max_seq_length <= max_positions:
+      raise ValueError(f"--probe_max_seq_length must be in [3, {max_positions}] (the model's "
+                       f"max_position_embeddings); got {self.max_seq_length}")
+
+
+def from_flags(values: flags.FlagValues, config: PretrainingConfig, strategy: Any,
+               data_dir: str, log_fn: Callable[[str], None] = log) -> RunProbe | None:
+  """The run's probe from the command line (None without --probe_task or training); the task
+  is read from ``--probe_data_dir``, default ``data_dir`` (the run's)."""
+  if not values.probe_task:
+    given = [f"--{n}" for n in ("probe_data_dir", "probe_rows", "probe_dev_rows",
+                                "probe_every", "probe_max_seq_length") if values[n].present]
+    if given:
+      raise ValueError(f"{', '.join(given)} given without --probe_task")
+    return None
+  if not config.do_train:
+    return None
+  settings = ProbeSettings(values.probe_task, values.probe_data_dir or data_dir,
+                           values.probe_rows, values.probe_dev_rows, values.probe_every,
+                           values.probe_max_seq_length)
+  return prepare(config, settings, runtime.worker_role(strategy)[0], log_fn)
+
+
+def _unknown_fraction(rows: probe.ProbeRows, vocab: Mapping[str, int]) -> float:
+  """Fraction of the rows' WordPieces ([CLS], [SEP] and padding aside) that are [UNK]."""
+  specials = [vocab[t] for t in ("[CLS]", "[SEP]") if t in vocab]
+  ids = np.concatenate([rows.train.input_ids.ravel(), rows.dev.input_ids.ravel()])
+  mask = np.concatenate([rows.train.input_mask.ravel(), rows.dev.input_mask.ravel()]) > 0
+  words = ids[mask & ~np.isin(ids, specials)]
+  return float(np.mean(words == vocab.get("[UNK]", -1))) if len(words) else 0.0
+
+
+def read_rows(config: PretrainingConfig, settings: ProbeSettings) -> probe.ProbeRows:
+  """The task's rows featurized with the run's vocabulary; one error line for a task that
+  does not exist, has too few rows or does not fit the vocabulary."""
+  settings.check(get_bert_config(config).max_position_embeddings)
+  tokenizer = registry.make_tokenizer(config.vocab_file, config.do_lower_case)
+  where = f"--probe_task {settings.task}"
+  try:
+    rows = probe.task_rows(settings.task, settings.data_dir, tokenizer, settings.max_seq_length,
+                           settings.rows, settings.dev_rows or None)
+  except (OSError, ValueError) as e:
+    raise ValueError(f"{where}: {first_line(e)}") from None
+  if len(rows.train) < MIN_TRAIN_ROWS or len(rows.dev) < MIN_DEV_ROWS:
+    raise ValueError(f"{where}: {len(rows.train)} train and {len(rows.dev)} dev rows in "
+                     f"{settings.data_dir}/finetuning_data/{settings.task}; the probe needs at "
+                     f"least {MIN_TRAIN_ROWS} and {MIN_DEV_ROWS}")
+  if rows.num_classes and len(np.unique(rows.train.labels)) < 2:
+    raise ValueError(f"{where}: the first {len(rows.train)} train rows all have one label")
+  unknown = _unknown_fraction(rows, tokenizer.vocab)
+  if unknown > MAX_UNKNOWN:
+    raise ValueError(f"{where}: {unknown:.0%} of its WordPieces are [UNK] with the run's "
+                     f"vocabulary {config.vocab_file}: the task's text does not match the run's "
+                     "vocabulary (another language, script or tokenizer?)")
+  return rows
+
+
+@dataclasses.dataclass(frozen=True)
+class Reference:
+  """The probe of random-init encoders, one score per seed and pooling."""
+
+  seeds: tuple[int, ...]
+  cls: tuple[float, ...]
+  mean: tuple[float, ...]
+
+  @property
+  def pooling(self) -> str:
+    """The pooling whose seed mean is higher: the reference a probe has to beat."""
+    return "cls" if np.mean(self.cls) > np.mean(self.mean) else "mean"
+
+  @property
+  def value(self) -> float:
+    return float(np.mean(getattr(self, self.pooling)))
+
+  @property
+  def spread(self) -> float:
+    """Standard deviation over the seeds (of the reference pooling)."""
+    return float(np.std(getattr(self, self.pooling), ddof=1)) if len(self.seeds) > 1 else 0.0
+
+  def __str__(self) -> str:
+    return f"{self.value:.3f} ± {self.spread:.3f}"
+
+
+def compute_reference(rows: probe.ProbeRows, config: PretrainingConfig,
+                      seeds: tuple[int, ...] = SEEDS) -> Reference:
+  """Probes ``len(seeds)`` discriminator-shaped encoders at random init (reseeds python,
+  numpy and TF: call it before the run builds and seeds its model). One encoder is traced;
+  each seed's initial weights are copied into it."""
+  per_seed, encoder, features = [], None, None
+  for seed in seeds:
+    fresh = probe.random_encoder(get_bert_config(config), config.embedding_size, seed)
+    if encoder is None:
+      encoder, features = fresh, probe.PooledFeatures(fresh)
+    else:
+      for variable, value in zip(encoder.variables, fresh.variables, strict=True):
+        variable.assign(value)
+    per_seed.append(probe.score(features, rows))
+  return Reference(tuple(seeds), *(tuple(s[p] for s in per_seed) for p in probe.POOLINGS))
+
+
+def reference_key(rows: probe.ProbeRows, config: PretrainingConfig,
+                  seeds: tuple[int, ...] = SEEDS) -> str:
+  """What the reference depends on: the rows, the encoder's shape, the seeds, the versions."""
+  shape = get_bert_config(config).to_dict()
+  return json.dumps([VERSION, rows.signature(), shape, config.embedding_size, list(seeds),
+                     tf.__version__, tf_keras.__version__, np.__version__], sort_keys=True)
+
+
+def prepare(config: PretrainingConfig, settings: ProbeSettings, is_chief: bool = True,
+            log_fn: Callable[[str], None] = log) -> RunProbe:
+  """Checks and reads the task (every worker), then, on the chief, loads the cached reference
+  or computes and caches it. Call before the run builds its model."""
+  rows = read_rows(config, settings)
+  state_file = os.path.join(config.model_dir, "probe", f"{settings.task}.json")
+  if not is_chief:
+    return RunProbe(settings, rows, None, state_file, config.num_train_steps, "", log_fn)
+  key = reference_key(rows, config)
+  state = _read_state(state_file)
+  what = (f"probe {settings.task}: {len(rows.train)} train / {len(rows.dev)} dev rows, dev "
+          f"{rows.metric_name}; random init ({len(SEEDS)} seeds)")
+  reference = _cached_reference(state) if state.get("key") == key else None
+  if reference is not None:
+    log_fn(f"{what} {reference} (cached in {state_file})")
+  else:
+    start = time.perf_counter()
+    reference = compute_reference(rows, config)
+    changed = "; the probe's rows or the model changed: its history restarts" if state else ""
+    state = {"key": key, "reference": dataclasses.asdict(reference), "history": [],
+             "beat": None}
+    log_fn(f"{what} {reference} ({time.perf_counter() - start:.0f} s{changed})")
+    try:
+      _write_state(state_file, state)
+    except OSError as e:
+      log_fn(f"Warning: cannot cache the probe's reference in {state_file}: {first_line(e)}")
+  return RunProbe(settings, rows, reference, state_file, config.num_train_steps, key, log_fn,
+                  state)
+
+
+def _cached_reference(state: Mapping[str, Any]) -> Reference | None:
+  try:
+    return Reference(**{k: tuple(v) for k, v in state["reference"].items()})
+  except (AttributeError, KeyError, TypeError):
+    return None  # damaged: recomputed
+
+
+def _read_state(path: str) -> dict[str, Any]:
+  try:
+    with open(path, encoding="utf-8") as f:
+      state = json.load(f)
+    return state if isinstance(state, dict) else {}
+  except (OSError, ValueError):
+    return {}  # none yet, or unreadable: recomputed
+
+
+def _write_state(path: str, state: Mapping[str, Any]) -> None:
+  os.makedirs(os.path.dirname(path), exist_ok=True)
+  atomic_io.write_json(path, state, indent=1)
+
+
+class RunProbe:
+  """The interval hook (``hook(step, logged values)``, see ``training.loop.IntervalHook``):
+  probes at the first log line at or after every ``settings.every`` steps and at the end."""
+
+  def __init__(self, settings: ProbeSettings, rows: probe.ProbeRows,
+               reference: Reference | None, state_file: str, num_train_steps: int, key: str,
+               log_fn: Callable[[str], None], state: dict[str, Any] | None = None):
+    self.settings, self.rows, self.reference = settings, rows, reference
+    self.state_file, self.num_train_steps, self.log_fn = state_file, num_train_steps, log_fn
+    self.state = state or {"key": key, "history": [], "beat": None}
+    self._features: probe.PooledFeatures | None = None
+    self._next = 0
+    self.failures: list[str] = []
+
+  @property
+  def history(self) -> list[list[float]]:
+    """[[step, cls, mean], ...] of this run, resumed processes included."""
+    return self.state["history"]
+
+  def attach(self, trainer: Any, encoder: Any, start_step: int) -> None:
+    """Adds the hook to ``trainer`` (chief only) for ``encoder``, the run's discriminator;
+    forgets what an earlier process probed after ``start_step`` (it is probed again)."""
+    if self.reference is None or encoder is None:
+      return
+    self.state["history"] = [h for h in self.history if h[0] <= start_step]
+    if self.state.get("beat") and self.state["beat"][0] > start_step:
+      self.state["beat"] = None
+    self._features = probe.PooledFeatures(encoder)
+    self._next = (start_step // self.settings.every + 1) * self.settings.every
+    trainer.interval_hooks = (*trainer.interval_hooks, self)
+
+  def __call__(self, step: int, logged: Mapping[str, float]) -> None:
+    if step < min(self._next, self.num_train_steps):
+      return
+    self._next = (step // self.settings.every + 1) * self.settings.every
+    start = time.perf_counter()
+    try:
+      scores = probe.score(self._features, self.rows)
+    except Exception as e:  # noqa: BLE001 -- the probe must never stop the run
+      self._failed(step, e)
+      return
+    self._record(step, scores, time.perf_counter() - start)
+
+  def _record(self, step: int, scores: Mapping[str, float], seconds: float) -> None:
+    task, ref = self.settings.task, self.reference
+    for name, value in (("cls", scores["cls"]), ("mean", scores["mean"]),
+                        ("random_init", ref.value), ("random_init_spread", ref.spread)):
+      tf.summary.scalar(probing.tag(task, name), value, step=step)
+    self.log_fn(f"  probe {task} at step {step} (dev {self.rows.metric_name}): [CLS] "
+                f"{scores['cls']:.3f}, mean {scores['mean']:.3f}; random init {ref} "
+                f"({seconds:.1f} s)")
+    self.state["history"] = [h for h in self.history if h[0] != step] + [
+        [step, scores["cls"], scores["mean"]]]
+    pooling = max(probe.POOLINGS, key=lambda p: scores[p])
+    if not self.state.get("beat") and scores[pooling] > ref.value + ref.spread:
+      self.state["beat"] = [step, pooling, scores[pooling]]
+      self.log_fn(f"Probe {task}: the {_words(pooling)} features beat random init at step "
+                  f"{step} ({scores[pooling]:.3f} > {ref.value:.3f} + spread {ref.spread:.3f}): "
+                  "pre-training now gives this task signal a linear read-out finds")
+    try:
+      _write_state(self.state_file, self.state)
+    except OSError as e:
+      self._failed(step, e)
+
+  def _failed(self, step: int, error: BaseException) -> None:
+    if not self.failures:
+      self.log_fn(f"Warning: probe {self.settings.task} failed at step {step}: "
+                  f"{first_line(error)}; training goes on")
+    self.failures.append(f"step {step}: {first_line(error)}")
+
+  def summary_lines(self) -> list[str]:
+    """What the run's summary says about the probe, in words."""
+    if self.reference is None:
+      return []
+    task, ref, history = self.settings.task, self.reference, self.history
+    lines = []
+    if not history:
+      lines.append(f"  probe {task}: not probed yet (the first probe is at step {self._next})")
+    else:
+      step, cls, mean = history[-1]
+      lines.append(f"  probe {task} (dev {self.rows.metric_name}) at step {step}: [CLS] "
+                   f"{cls:.3f}, mean {mean:.3f}; random init {ref}")
+      beat = self.state.get("beat")
+      if beat:
+        above = [_words(p) for p, v in zip(probe.POOLINGS, (cls, mean), strict=True)
+                 if v > ref.value + ref.spread]
+        now = (f"the {' and '.join(above)} features still do" if above
+               else "neither pooling does any more")
+        lines.append(f"    the {_words(beat[1])} features first beat random init by more than "
+                     f"its spread at step {beat[0]}; at step {step} {now}")
+      else:
+        lines.append(f"    in {len(history)} probe(s), steps {history[0][0]}-{step}, the "
+                     "features never beat random init by more than its spread: the losses can "
+                     "improve while the encoder carries no more of this task than a random one "
+                     f"({DOCS})")
+    if self.failures:
+      lines.append(f"    the probe failed {len(self.failures)} time(s), first at "
+                   f"{self.failures[0]}")
+    return lines
+
+
+def _words(pooling: str) -> str:
+  return "[CLS]" if pooling == "cls" else "mean-pooled"

@@ -1,0 +1,265 @@
+"""The probe during pre-training (electra_tf/probing/during_pretraining.py): a probed run logs
+the tags, draws the third panel and trains as an unprobed one; a resume keeps the history; bad
+settings fail before step 1; a mid-run failure is one warning; the first win is said once."""
+
+import json
+import os
+import pathlib
+import struct
+import subprocess
+import sys
+import types
+
+import numpy as np
+import pytest
+import tensorflow as tf
+from helpers import pretrain_data, probe_data, procs
+
+import run_pretraining as rp
+from electra_tf import learning_curves, training
+from electra_tf.config import PretrainingConfig
+from electra_tf.finetuning.registry import TASK_NAMES
+from electra_tf.probing import during_pretraining as dp
+from electra_tf.probing import probe
+
+REPO = pathlib.Path(__file__).resolve().parents[1]
+ENV = {**os.environ, "TF_CPP_MIN_LOG_LEVEL": "3", "CUDA_VISIBLE_DEVICES": "-1",
+       "TF_USE_LEGACY_KERAS": "1"}
+SMALL = {"model_hparam_overrides": {"hidden_size": 32, "num_hidden_layers": 2},
+         "embedding_size": 16, "max_seq_length": 32, "train_batch_size": 8,
+         "num_train_steps": 6, "iterations_per_loop": 1, "save_checkpoints_steps": 2,
+         "num_warmup_steps": 1, "seed": 3}
+PROBE_TAGS = {f"probe/planted/{n}" for n in ("cls", "mean", "random_init", "random_init_spread")}
+
+
+@pytest.fixture(scope="module")
+def data_root(tmp_path_factory, data_dir, vocab_file) -> pathlib.Path:
+  """Pre-training data (real text) and a planted-word task in finetuning_data/planted."""
+  root = pretrain_data.build_data_dir(tmp_path_factory.mktemp("probe_run"), vocab_file,
+                                      pretrain_data.emma_and_wiki(data_dir, 20000))
+  probe_data.write_planted_task(root / "finetuning_data" / "planted", data_dir, train=60, dev=30)
+  return root
+
+
+def _settings(root, **kw):
+  return dp.ProbeSettings(**{"task": "planted", "data_dir": str(root), "rows": 60,
+                             "every": 2, "max_seq_length": 16, **kw})
+
+
+def _png_width(path: pathlib.Path) -> int:
+  return struct.unpack(">I", path.read_bytes()[16:20])[0]
+
+
+def _final_weights(model_dir: pathlib.Path) -> dict[str, np.ndarray]:
+  reader = tf.train.load_checkpoint(training.latest_checkpoint(str(model_dir)))
+  return {k: reader.get_tensor(k) for k in reader.get_variable_to_shape_map()
+          if k.startswith("model/")}
+
+
+def _script(data_root, name, *flags):
+  return subprocess.Popen(
+      [sys.executable, str(REPO / "run_pretraining.py"), f"--data_dir={data_root}",
+       f"--model_name={name}", f"--hparams={json.dumps(SMALL)}", *flags],
+      env=ENV, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, cwd=REPO)
+
+
+@pytest.mark.slow
+def test_a_probed_run_killed_and_rerun_logs_draws_and_trains_as_unprobed(data_root, tmp_path):
+  """The script with --probe_task, SIGKILLed after its first checkpoint and rerun: the probe
+  history of both processes in TensorBoard and the summary, the third panel, and the weights
+  of the same run without a probe."""
+  flags = ["--probe_task=planted", "--probe_every=2", "--probe_rows=60",
+           "--probe_max_seq_length=16"]
+  model_dir = data_root / "models" / "probed"
+  first = _script(data_root, "probed", *flags)
+  procs.sigkill_after_first_checkpoint(first, model_dir, timeout=300, poll=0.01)
+  state = json.loads((model_dir / "probe" / "planted.json").read_text())
+  assert [h[0] for h in state["history"]][0] == 2  # probed before ckpt-2 was saved
+  rerun = _script(data_root, "probed", *flags)
+  out = procs.finish(rerun, timeout=300)
+  assert rerun.returncode == 0, out
+  lines = out.splitlines()
+  assert "(cached in" in next(line for line in lines if "random init (3 seeds)" in line)
+  probe_lines = [line for line in lines if line.startswith("  probe planted at step")]
+  assert probe_lines and probe_lines[-1].startswith("  probe planted at step 6 (dev accuracy)")
+  assert "[CLS]" in probe_lines[-1] and " ± " in probe_lines[-1]
+  assert lines[lines.index(probe_lines[-1]) - 1].startswith("6/6 = 100.0%")  # its interval's
+  assert not any(" at step 2 " in line for line in probe_lines)  # resumed after step 2
+
+  curves = learning_curves.read_scalars(str(model_dir))
+  for tag in PROBE_TAGS:
+    assert [s for s, _ in curves[tag]] == [2, 4, 6], tag
+  state = json.loads((model_dir / "probe" / "planted.json").read_text())
+  assert [h[0] for h in state["history"]] == [2, 4, 6]
+  reference = dp.Reference(**{k: tuple(v) for k, v in state["reference"].items()})
+  assert curves["probe/planted/random_init"][-1][1] == pytest.approx(reference.value)
+  assert curves["probe/planted/random_init_spread"][-1][1] == pytest.approx(reference.spread)
+  assert curves["probe/planted/mean"][-1][1] == pytest.approx(state["history"][-1][2])
+  summary = out[out.index("Summary: model probed"):]
+  assert "  probe planted (dev accuracy) at step 6: [CLS]" in summary
+  assert ("in 3 probe(s), steps 2-6, the features never beat" in summary
+          or "first beat random init by more than its spread at step" in summary)
+
+  with_panel, without = tmp_path / "probe.png", tmp_path / "plain.png"
+  learning_curves.plot(curves, {}, str(with_panel))
+  learning_curves.plot({k: v for k, v in curves.items() if not k.startswith("probe/")}, {},
+                       str(without))
+  assert _png_width(with_panel) > 1.3 * _png_width(without)  # the third panel
+
+  # the same run without a probe, uninterrupted: the same weights
+  plain = PretrainingConfig("plain", str(data_root), **SMALL)
+  rp.train_or_eval(plain, log_fn=lambda line: None)
+  probed_weights, plain_weights = _final_weights(model_dir), _final_weights(plain.model_dir)
+  assert probed_weights.keys() == plain_weights.keys()
+  for name, value in probed_weights.items():
+    np.testing.assert_array_equal(value, plain_weights[name], err_msg=name)
+
+
+def test_bad_probe_settings_are_one_line_before_any_model(data_root, data_dir, tmp_path):
+  config = PretrainingConfig("bad", str(data_root), **SMALL)
+  few = tmp_path / "few"
+  probe_data.write_planted_task(few / "finetuning_data" / "planted", data_dir, train=8, dev=30)
+  amharic = tmp_path / "amharic" / "finetuning_data" / "amharic"  # no Ethiopic in the vocab
+  amharic.mkdir(parents=True)
+  (amharic / "task.json").write_text('{"type": "classification", "text_a": "s", "label": "l"}')
+  for split in ("train", "dev"):
+    (amharic / f"{split}.csv").write_text("s,l\n" + "".join(
+        f"ሰላም ዓለም,{i % 2}\n" for i in range(40)), encoding="utf-8")
+  cases = [
+      (_settings(data_root, task="nosuch"), "--probe_task nosuch: Unknown task 'nosuch'"),
+      (_settings(few), "--probe_task planted: 8 train and 30 dev rows"),
+      (_settings(tmp_path / "amharic", task="amharic"),
+       "--probe_task amharic: 100% of its WordPieces are [UNK] with the run's vocabulary"),
+      (_settings(data_root, rows=5), "--probe_rows must be >= 20; got 5"),
+      (_settings(data_root, max_seq_length=1000), "--probe_max_seq_length must be in [3, 512]"),
+  ]
+  for settings, message in cases:
+    with pytest.raises(ValueError) as error:
+      dp.prepare(config, settings, log_fn=lambda line: None)
+    assert str(error.value).startswith(message), str(error.value)
+    assert "\n" not in str(error.value)
+  assert not os.path.exists(config.model_dir)  # nothing written, no model built
+
+  class Flags:  # --probe_every given, --probe_task not
+    probe_task = None
+
+    def __getitem__(self, name):
+      return types.SimpleNamespace(present=name == "probe_every")
+
+  with pytest.raises(ValueError, match=r"^--probe_every given without --probe_task$"):
+    dp.from_flags(Flags(), config, None, str(data_root))
+
+
+@pytest.mark.slow
+def test_a_missing_probe_task_stops_the_script_before_step_1(data_root):
+  args = [sys.executable, str(REPO / "run_pretraining.py"), f"--data_dir={data_root}",
+          "--model_name=cli", f"--hparams={json.dumps(SMALL)}", "--probe_task=nosuch"]
+  proc = subprocess.run(args, env=ENV, capture_output=True, text=True, timeout=300, cwd=REPO)
+  assert proc.returncode == 1
+  out = (proc.stdout + proc.stderr).strip().splitlines()
+  assert out == [f"run_pretraining.py: error: --probe_task nosuch: Unknown task 'nosuch'; "
+                 f"known tasks: {', '.join(TASK_NAMES)}, or a folder with a "
+                 f"task.json (none in {data_root}/finetuning_data/nosuch)"], out
+  assert not (data_root / "models" / "cli").exists()
+
+
+class _Trainer:
+  interval_hooks = ()
+
+
+def _scripted(monkeypatch, values):
+  """probe.score returns the next of ``values`` ([CLS], mean) at each call."""
+  it = iter(values)
+  monkeypatch.setattr(probe, "score", lambda features, rows: dict(zip(("cls", "mean"), next(it),
+                                                                       strict=True)))
+
+
+def _hook(tmp_path, lines, start=0, state=None):
+  rows = probe.ProbeRows("t", *(probe.Split(*[np.zeros((1, 2), np.int32)] * 3,
+                                            np.zeros(1)) for _ in range(2)), 2, "accuracy",
+                         lambda y, p: 0.0)
+  reference = dp.Reference((1, 2, 3), (0.40, 0.42, 0.44), (0.50, 0.52, 0.54))
+  hook = dp.RunProbe(dp.ProbeSettings("t", "", every=10), rows, reference,
+                     str(tmp_path / "probe" / "t.json"), 40, "k", lines.append, state)
+  hook.attach(_Trainer(), encoder=object(), start_step=start)
+  return hook
+
+
+def test_the_first_win_is_said_once_and_survives_a_resume(tmp_path, monkeypatch):
+  monkeypatch.setattr(probe, "PooledFeatures", lambda encoder: None)
+  lines = []
+  hook = _hook(tmp_path, lines)
+  assert hook.reference.pooling == "mean" and str(hook.reference) == "0.520 ± 0.020"
+  _scripted(monkeypatch, [(0.45, 0.53), (0.45, 0.55), (0.60, 0.56)])
+  for step in (5, 10, 15, 20, 30):  # probes at 10, 20, 30 only
+    hook(step, {})
+  wins = [line for line in lines if line.startswith("Probe t:")]
+  assert len(wins) == 1 and "mean-pooled features beat random init at step 20" in wins[0]
+  assert hook.summary_lines()[1].endswith(
+      "first beat random init by more than its spread at step 20; at step 30 the [CLS] and "
+      "mean-pooled features still do")
+
+  # a resume at step 20 keeps the win (step 20 <= 20) and drops the probe of step 30
+  state = json.loads((tmp_path / "probe" / "t.json").read_text())
+  lines.clear()
+  resumed = _hook(tmp_path, lines, start=20, state=state)
+  assert [h[0] for h in resumed.history] == [10, 20]
+  _scripted(monkeypatch, [(0.45, 0.50)])
+  resumed(30, {})
+  assert not [line for line in lines if line.startswith("Probe t:")]
+  assert resumed.summary_lines()[1].endswith("at step 20; at step 30 neither pooling does any more")
+  # resumed at 10 instead: the win of step 20 is forgotten, and said again when it comes
+  lines.clear()
+  early = _hook(tmp_path, lines, start=10, state=json.loads(json.dumps(state)))
+  _scripted(monkeypatch, [(0.45, 0.53), (0.60, 0.60)])
+  early(20, {})
+  summary = early.summary_lines()
+  assert "never beat random init by more than its spread" in summary[1]
+  assert "steps 10-20" in summary[1]
+  early(30, {})
+  assert len([line for line in lines if "beat random init at step 30" in line]) == 1
+
+
+def test_a_mid_run_failure_is_one_warning_and_the_probe_goes_on(tmp_path, monkeypatch):
+  monkeypatch.setattr(probe, "PooledFeatures", lambda encoder: None)
+  lines = []
+  hook = _hook(tmp_path, lines)
+  (tmp_path / "probe").mkdir()
+  (tmp_path / "probe" / "t.json").mkdir()  # the state file cannot be written
+  calls = iter([(0.4, 0.5), np.linalg.LinAlgError("Singular matrix"), (0.4, 0.5)])
+
+  def score(features, rows):
+    value = next(calls)
+    if isinstance(value, Exception):
+      raise value
+    return dict(zip(("cls", "mean"), value, strict=True))
+
+  monkeypatch.setattr(probe, "score", score)
+  for step in (10, 20, 30):
+    hook(step, {})
+  warnings = [line for line in lines if line.startswith("Warning:")]
+  assert len(warnings) == 1 and "failed at step 10" in warnings[0]
+  assert [h[0] for h in hook.history] == [10, 30]  # in memory, logged, the run went on
+  assert "failed 3 time(s)" in hook.summary_lines()[-1]
+
+
+def test_only_the_chief_probes(data_root):
+  config = PretrainingConfig("worker", str(data_root), **SMALL)
+  worker = dp.prepare(config, _settings(data_root), is_chief=False, log_fn=lambda line: None)
+  trainer = _Trainer()
+  worker.attach(trainer, encoder=object(), start_step=0)
+  assert trainer.interval_hooks == () and worker.summary_lines() == []
+  assert not os.path.exists(config.model_dir)
+
+
+@pytest.mark.slow
+def test_the_reference_is_cached_by_what_made_it(data_root):
+  config = PretrainingConfig("cached", str(data_root), **SMALL)
+  lines = []
+  first = dp.prepare(config, _settings(data_root), log_fn=lines.append)
+  again = dp.prepare(config, _settings(data_root), log_fn=lines.append)
+  assert again.reference == first.reference
+  assert "(cached in" in lines[-1] and "(cached in" not in lines[0]
+  fewer = dp.prepare(config, _settings(data_root, rows=40), log_fn=lines.append)
+  assert "(cached in" not in lines[-1] and "its history restarts" in lines[-1]
+  assert fewer.reference != first.reference
