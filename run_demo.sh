@@ -42,7 +42,7 @@ echo "== 2/9 WordPiece vocabulary -> $DEMO_DIR/vocab.txt"
 [ -s "$DEMO_DIR/vocab.txt" ] || "$PYTHON" data_prep/learn_vocab.py \
   --corpus_dir "$DEMO_DIR/corpus" --vocab_file "$DEMO_DIR/vocab.txt" --vocab_size "$VOCAB_TARGET"
 VOCAB_SIZE=$(wc -l < "$DEMO_DIR/vocab.txt")
-echo "== 3/9 pre-training TFRecords -> $DEMO_DIR/pretrain_tfrecords"
+echo "== 3/9 pre-training TFRecords -> $DEMO_DIR/pretrain_tfrecords; the labelled task 'topic' -> $DEMO_DIR/finetuning_data/topic"
 "$PYTHON" data_prep/build_pretraining_dataset.py --corpus_dir "$DEMO_DIR/corpus" \
   --vocab_file "$DEMO_DIR/vocab.txt" --output_dir "$DEMO_DIR/pretrain_tfrecords" \
   --max_seq_length "$SEQ_LEN" --num_out_files 4 --seed 1
@@ -52,9 +52,17 @@ HPARAMS="{$SHAPE, \"generator_hidden_size\": $GENERATOR_SIZE, \"max_seq_length\"
  \"learning_rate\": $LEARNING_RATE, \"save_checkpoints_steps\": $((STEPS < 100 ? STEPS : 100)),
  \"iterations_per_loop\": $LOG_EVERY, \"eval_batch_size\": $BATCH,
  \"num_eval_steps\": $EVAL_STEPS, \"seed\": 1"
+# the labelled task: probed during pre-training, fine-tuned after it
+"$PYTHON" data_prep/build_demo_task.py --corpus_dir "$DEMO_DIR/corpus" \
+  --index_file "$DEMO_DIR/corpus_modules.tsv" --output_dir "$DEMO_DIR/finetuning_data/topic" \
+  --num_labels "$FT_LABELS" --max_train "$FT_TRAIN" --max_dev "$FT_DEV"
 echo "== 4/9 pre-training ($STEPS steps; rerun to resume from the last checkpoint)"
 train_start=$(date +%s)
-"$PYTHON" run_pretraining.py --data_dir "$DEMO_DIR" --model_name demo --hparams "$HPARAMS}"
+# The probe: every STEPS/8 steps, how well a linear read-out of the discriminator's frozen
+# features labels the 'topic' task, against random initialisation (docs/pretraining.md).
+"$PYTHON" run_pretraining.py --data_dir "$DEMO_DIR" --model_name demo --hparams "$HPARAMS}" \
+  --probe_task topic --probe_every $((STEPS / 8 > 0 ? STEPS / 8 : 1)) \
+  --probe_rows "$FT_TRAIN" --probe_dev_rows "$FT_DEV" --probe_max_seq_length "$FT_SEQ_LEN"
 train_seconds=$(($(date +%s) - train_start))
 echo "== 5/9 evaluation"
 "$PYTHON" run_pretraining.py --data_dir "$DEMO_DIR" --model_name demo \
@@ -63,9 +71,6 @@ echo "== 6/9 learning curves -> $DEMO_DIR/learning_curves.png"
 "$PYTHON" -m electra_tf.learning_curves --model_dir "$DEMO_DIR/models/demo" \
   --png "$DEMO_DIR/learning_curves.png" --rows 5
 echo "== 7/9 fine-tuning on a small labelled task: which package is a docstring sentence from?"
-"$PYTHON" data_prep/build_demo_task.py --corpus_dir "$DEMO_DIR/corpus" \
-  --index_file "$DEMO_DIR/corpus_modules.tsv" --output_dir "$DEMO_DIR/finetuning_data/topic" \
-  --num_labels "$FT_LABELS" --max_train "$FT_TRAIN" --max_dev "$FT_DEV"
 FT_HPARAMS="{\"task_names\": [\"topic\"], \"max_seq_length\": $FT_SEQ_LEN,
  \"train_batch_size\": 32, \"eval_batch_size\": 32, \"num_train_epochs\": $FT_EPOCHS,
  \"learning_rate\": $FT_LEARNING_RATE, \"seed\": 1, \"num_trials\": $FT_SEEDS}"
@@ -106,6 +111,7 @@ CSV
   "$export_seconds" "$(($(date +%s) - start))" <<'PY'
 import csv, json, os, sys
 from electra_tf import console
+console.quiet()  # before TensorFlow loads (the probe's reference class imports it)
 demo_dir, venv, (seed, train_s, ft_s, export_s, total_s) = *sys.argv[1:3], map(int, sys.argv[3:])
 with open(f"{demo_dir}/models/demo/results/unsup_results.txt", encoding="utf-8") as f:
   pre = {k: float(v) for k, v in (line.split(" = ") for line in f if " = " in line)}
@@ -120,12 +126,28 @@ with open(f"{demo_dir}/new_sentences.csv", encoding="utf-8") as f:
 with open(f"{demo_dir}/new_sentences_predictions.csv", encoding="utf-8") as f:
   predictions = list(csv.DictReader(f))
 width = max(len(label) for label in labels)
+
+
+def probe_line(path):
+  """The last probe of 'topic' during pre-training against random init, in words."""
+  from electra_tf.probing.during_pretraining import Reference
+  with open(path, encoding="utf-8") as f:
+    state = json.load(f)
+  step, cls, mean = state["history"][-1]
+  reference = Reference(**{k: tuple(v) for k, v in state["reference"].items()})
+  verdict = (f"beat random init from step {state['beat'][0]}" if state["beat"] else
+             "never beat random init by more than its spread")
+  return (f"     probe of 'topic' (a linear read-out of the frozen features) at step {step}: "
+          f"[CLS] {cls:.3f}, mean {mean:.3f};\n     random init {reference}: the features "
+          f"{verdict} (third panel of the picture)")
+
 lines = [
     f"  1. pre-training: {int(pre['global_step'])} steps in {train_s} s; final eval: disc AUC "
     f"{pre['disc_auc']:.3f} (chance 0.5), disc recall {pre['disc_recall']:.3f},\n"
     f"     disc precision {pre['disc_precision']:.3f}, masked-LM accuracy "
     f"{pre['masked_lm_accuracy']:.3f}; learning curves: {demo_dir}/learning_curves.png",
     f"     TensorBoard: {venv}/bin/tensorboard --logdir {demo_dir}/models/demo",
+    probe_line(f"{demo_dir}/models/demo/probe/topic.json"),
     f"  2. fine-tuning 'topic' (which of {len(labels)} packages a docstring sentence is from, "
     f"chance {100 / len(labels):.1f}), {len(seeds)} seed(s)\n     in {ft_s} s: dev accuracy "
     f"{results['median']['topic']['accuracy']:.1f} (median; seeds "

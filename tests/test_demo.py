@@ -105,6 +105,13 @@ def test_tiny_demo_runs_end_to_end_quietly(tmp_path):
     assert abs(float(out["probability"]) - probabilities[best]) < 1e-6, (out, probabilities)
     assert line.split()[:2] == [labels[best], f"{float(out['probability']):.2f}"], line
     assert line.endswith(f"[{row['label']}] {row['sentence']}"), line
+  # The probe of 'topic' during pre-training: every STEPS/8 = 1 step, i.e. at each log line
+  # (LOG_EVERY 2); its last one summarised.
+  probe = json.loads((demo_dir / "models/demo/probe/topic.json").read_text())
+  assert [h[0] for h in probe["history"]] == [2, 4, 6, 8, 10]
+  step, cls, mean = probe["history"][-1]
+  assert (f"probe of 'topic' (a linear read-out of the frozen features) at step {step}: "
+          f"[CLS] {cls:.3f}, mean {mean:.3f};") in final
   assert "docs/transfer.md" in final and "total wall time: " in final
   assert lines[-1] == console.RULE
   assert [line for line in lines if console.LOG_LINE.match(line)] == []

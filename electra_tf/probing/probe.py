@@ -27,7 +27,7 @@ import tensorflow as tf
 
 from electra_tf import checkpoints, names
 from electra_tf.finetuning import registry
-from electra_tf.finetuning.classification import ClassificationTask, RegressionTask
+from electra_tf.finetuning.builtin.classification import ClassificationTask, RegressionTask
 from electra_tf.finetuning.scorers import pearson
 from electra_tf.modeling.bert_config import BertConfig
 from electra_tf.modeling.encoder import Transformer
