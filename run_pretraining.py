@@ -97,7 +97,8 @@ def train_or_eval(config: Any, strategy: Any = None, jit_compile: bool = False,
                   ) -> dict[str, dict[str, float]]:
   """Pre-trains and/or evaluates as ``config`` says (official ``train_or_eval``).
 
-  Returns ``{"train": last logged values, "eval": eval results}`` (the parts that ran).
+  Returns ``{"start": {"global_step": restored step}, "train": last logged values, "eval":
+  eval results}`` (the parts that ran).
   ``check_data``: read every shard before step 1 (True), never (False), or when the data is
   small (None, < 1 GiB).
   """
@@ -119,8 +120,8 @@ def train_or_eval(config: Any, strategy: Any = None, jit_compile: bool = False,
   run = task.build_run(config, strategy, jit_compile, mixed_precision, peak_flops, log_fn)
   data_check.check_data(config.pretrain_tfrecords, config.max_seq_length, config.vocab_size,
                         check=check_data, log_fn=log_fn)  # after build_run's setup checks
-  results: dict[str, dict[str, float]] = {}
   start = run.trainer.restore_or_initialize()
+  results: dict[str, dict[str, float]] = {"start": {"global_step": start}}
   if config.do_train:
     model_dir.write_model_files(config.model_dir, config, config.vocab_file)
     log_fn("=" * 80 + f"\nRunning training from step {start}\n" + "=" * 80)
@@ -143,8 +144,7 @@ def train_or_eval(config: Any, strategy: Any = None, jit_compile: bool = False,
   return results
 
 
-def print_summary(config: Any, results: dict[str, dict[str, float]], start_step: int,
-                  seconds: float) -> None:
+def print_summary(config: Any, results: dict[str, dict[str, float]], seconds: float) -> None:
   """The block a run ends with: steps trained, last train interval, eval metrics, where to look.
 
   The eval metrics are printed here only (one ``key = value`` line each, as the official code).
@@ -153,6 +153,7 @@ def print_summary(config: Any, results: dict[str, dict[str, float]], start_step:
   from electra_tf.training.checkpointing import step_of
 
   lines: list[str] = []
+  start_step = results["start"]["global_step"]
   latest = training.latest_checkpoint(config.model_dir)
   step = step_of(latest) if latest else start_step
   if config.do_train:
@@ -171,30 +172,15 @@ def print_summary(config: Any, results: dict[str, dict[str, float]], start_step:
   console.summary(f"Summary: model {config.model_name}, step {step}", lines)
 
 
-def restart(model_dir: str) -> None:
-  """--restart: the chief renames a model folder holding checkpoints (nothing is deleted)."""
-  import json
-
-  from electra_tf.training.checkpointing import move_aside
-
-  tf_config = json.loads(os.environ.get("TF_CONFIG") or "{}")
-  task = tf_config.get("task", {})
-  if task.get("type") not in (None, "chief") and (
-      task.get("type") != "worker" or task.get("index", 0) != 0
-      or "chief" in tf_config.get("cluster", {})):
-    return  # another worker: the chief moves the folder (as runtime.worker_role decides)
-  aside = move_aside(model_dir)
-  if aside:
-    log(f"--restart: moved {model_dir} to {aside}")
-
-
 def main(argv: Sequence[str]) -> None:
   data_dir, model_name = data_dir_and_model_name(list(argv))
   from electra_tf.config import load_hparams
   from electra_tf.reading.model_source import pretraining_config
 
   if FLAGS.restart:  # before the config, which reads the old model's hparams.json
-    restart(os.path.join(data_dir, "models", model_name))
+    from electra_tf.training import restart
+
+    restart.restart(os.path.join(data_dir, "models", model_name), log)
 
   # hparams first: their errors need no model building
   config = pretraining_config(model_name, data_dir, load_hparams(FLAGS.hparams), console.log)
@@ -207,15 +193,11 @@ def main(argv: Sequence[str]) -> None:
   strategy = training.get_strategy(name, FLAGS.num_gpus, tpu=tpu if name == "tpu" else None)
   precision = None if FLAGS.mixed_precision == "none" else FLAGS.mixed_precision
   peak = FLAGS.peak_tflops * 1e12 if FLAGS.peak_tflops else None
-  from electra_tf.training.checkpointing import step_of
-
-  latest = training.latest_checkpoint(config.model_dir)
-  start_step = step_of(latest) if latest else 0
   start = time.perf_counter()
   check = {"auto": None, "true": True, "false": False}[FLAGS.check_data]
   results = train_or_eval(config, strategy, FLAGS.jit_compile, precision, peak,
                           check_data=check)
-  print_summary(config, results, start_step, time.perf_counter() - start)
+  print_summary(config, results, time.perf_counter() - start)
 
 
 if __name__ == "__main__":

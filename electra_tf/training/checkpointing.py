@@ -114,6 +114,32 @@ def latest_checkpoint(model_dir: str) -> str | None:
   return found[0] if found else None
 
 
+def write_state_file(model_dir: str) -> None:
+  """Rewrites model_dir's `checkpoint` state file to list the complete checkpoints on disk,
+  the newest as the latest (removes it when there is none). Each keeps the save time the old
+  file gives it (else its index file's), so tf.train.CheckpointManager still counts every one
+  against max_to_keep (one without a time would be kept forever, unlisted)."""
+  found = list(reversed(complete_checkpoints(model_dir)))  # oldest first
+  path = os.path.join(model_dir, "checkpoint")
+  if not found:
+    if tf.io.gfile.exists(path):
+      tf.io.gfile.remove(path)
+    return
+  try:
+    state = tf.train.get_checkpoint_state(model_dir)
+  except (tf.errors.OpError, ValueError):  # an unparsable state file is rewritten
+    state = None
+  times = {}
+  if state is not None:
+    times = {os.path.basename(p): t for p, t in zip(  # timestamps may be missing: not strict
+        state.all_model_checkpoint_paths, state.all_model_checkpoint_timestamps, strict=False)}
+  stamps = [times.get(os.path.basename(p)) or tf.io.gfile.stat(p + ".index").mtime_nsec / 1e9
+            for p in found]
+  tf.compat.v1.train.update_checkpoint_state(
+      model_dir, found[-1], found, all_model_checkpoint_timestamps=stamps,
+      last_preserved_timestamp=min(stamps) - 1)
+
+
 def repair_state_file(model_dir: str) -> str | None:
   """Points model_dir's `checkpoint` state file at the newest complete checkpoint on disk when
   it names another one or is missing; returns the line saying so, or None."""
@@ -127,11 +153,31 @@ def repair_state_file(model_dir: str) -> str | None:
   named = state.model_checkpoint_path if state else None
   if named and os.path.basename(named) == os.path.basename(found[0]):
     return None
-  tf.compat.v1.train.update_checkpoint_state(model_dir, found[0], list(reversed(found)))
+  write_state_file(model_dir)
   said = (f"names {os.path.basename(named)}, which is not complete" if named
           else "is missing")
   return (f"The checkpoint state file {os.path.join(model_dir, 'checkpoint')} {said}; "
           f"resuming from {found[0]}, the newest complete checkpoint")
+
+
+def reject(prefix: str) -> str:
+  """Moves checkpoint `prefix` (index, data files, saved input state) into the folder
+  `<prefix>.rejected/` (`.rejected-2/`, ... when taken), kept for inspection, and rewrites the
+  state file without it; returns the folder. The index moves first: from then on the
+  checkpoint is not complete, so no listing, resume or state file counts it again."""
+  folder, n = f"{prefix}.rejected", 1
+  while tf.io.gfile.exists(folder):
+    n += 1
+    folder = f"{prefix}.rejected-{n}"
+  tf.io.gfile.makedirs(folder)
+  for path in [prefix + ".index", *sorted(tf.io.gfile.glob(glob.escape(prefix) + ".data-*"))]:
+    tf.io.gfile.rename(path, os.path.join(folder, os.path.basename(path)))
+  model_dir = os.path.dirname(prefix)
+  state = input_state.state_dir(model_dir, step_of(prefix))
+  if "://" not in state and os.path.isdir(state):
+    os.rename(state, os.path.join(folder, input_state.FOLDER))
+  write_state_file(model_dir)
+  return folder
 
 
 def non_finite_variable(variables: list[tf.Variable]) -> str | None:
@@ -164,32 +210,21 @@ def remove_stale_temp_dirs(model_dir: str) -> list[str]:
   return removed
 
 
-def move_aside(model_dir: str) -> str | None:
-  """Renames a model_dir holding checkpoints to `<model_dir>.before-restart-<n>` (the first
-  free n) so a run can start from step 0 without destroying it; returns the new name."""
-  if not complete_checkpoints(model_dir) and not tf.io.gfile.exists(
-      os.path.join(model_dir, "checkpoint")):
-    return None
-  base, n = model_dir.rstrip("/"), 1
-  while tf.io.gfile.exists(f"{base}.before-restart-{n}"):
-    n += 1
-  tf.io.gfile.rename(base, f"{base}.before-restart-{n}")
-  return f"{base}.before-restart-{n}"
-
-
 class NonFiniteCheckpointError(ValueError):
   """Every checkpoint in model_dir holds NaN or Inf values."""
 
 
 def restore_readable(checkpoint: tf.train.Checkpoint, model_dir: str,
                      warn: Callable[[str], None],
-                     non_finite: Callable[[], str | None] = lambda: None):
+                     non_finite: Callable[[], str | None] = lambda: None,
+                     set_aside: Callable[[str], str | None] = lambda path: None):
   """Restores the newest checkpoint of model_dir whose files read and whose values are finite.
 
   Returns (prefix, load status), or (None, None) without a checkpoint. A corrupt one
   (truncated data file, damaged index), or one after whose restore `non_finite()` names a
-  variable holding NaN or Inf, is skipped with a warning for the next older one;
-  CorruptCheckpointError / NonFiniteCheckpointError if none is usable.
+  variable holding NaN or Inf, is skipped for the next older one, with a warning that adds
+  what `set_aside(prefix)` says it did with it (e.g. moved it aside, see `reject`);
+  CorruptCheckpointError / NonFiniteCheckpointError if none is usable (the oldest stays).
   """
   candidates = complete_checkpoints(model_dir)
   for i, path in enumerate(candidates):
@@ -200,17 +235,19 @@ def restore_readable(checkpoint: tf.train.Checkpoint, model_dir: str,
     except checkpoints.CorruptCheckpointError as e:
       if last:
         raise
-      warn(f"Warning: {e}; resuming from the previous checkpoint {candidates[i + 1]}")
-      continue
-    bad = non_finite()
-    if bad is None:
-      return path, status
-    problem = f"checkpoint {path} holds NaN or Inf values ({bad})"
-    if last:
-      raise NonFiniteCheckpointError(
-          f"{problem}, and no older checkpoint is usable; rerun with --restart to start "
-          "afresh (the old files are moved aside)")
-    warn(f"Warning: {problem}; resuming from the previous checkpoint {candidates[i + 1]}")
+      problem = str(e)
+    else:
+      bad = non_finite()
+      if bad is None:
+        return path, status
+      problem = f"checkpoint {path} holds NaN or Inf values ({bad})"
+      if last:
+        raise NonFiniteCheckpointError(
+            f"{problem}, and no older checkpoint is usable; rerun with --restart to start "
+            "afresh (the old files are moved aside)")
+    done = set_aside(path)
+    warn(f"Warning: {problem}; {done + '; ' if done else ''}resuming from the previous "
+         f"checkpoint {candidates[i + 1]}")
   return None, None
 
 
@@ -219,8 +256,9 @@ def _remove_partial_save(save_dir: str, step: int) -> None:
   prefix = os.path.join(save_dir, f"ckpt-{step}")
   if prefix in complete_checkpoints(save_dir):  # never touch a complete checkpoint
     return
-  for path in tf.io.gfile.glob(glob.escape(prefix) + "_temp") + \
-      tf.io.gfile.glob(glob.escape(prefix) + ".*"):
+  for path in (tf.io.gfile.glob(glob.escape(prefix) + "_temp")
+               + tf.io.gfile.glob(glob.escape(prefix) + ".index")
+               + tf.io.gfile.glob(glob.escape(prefix) + ".data-*")):  # not <prefix>.rejected/
     try:
       if tf.io.gfile.isdir(path):
         tf.io.gfile.rmtree(path)
@@ -235,7 +273,8 @@ class CheckpointKeeper:
 
   Under MultiWorkerMirroredStrategy every worker must take part in a save; the chief writes
   model_dir and the others write a scratch folder that is deleted right after (the
-  tf.distribute multi-worker checkpointing recipe). All workers restore from model_dir.
+  tf.distribute multi-worker checkpointing recipe). All workers restore from model_dir; a
+  checkpoint the restore rejects is moved aside by the chief (see `reject`) and skipped by all.
   """
 
   def __init__(self, checkpoint: tf.train.Checkpoint, model_dir: str, max_to_keep: int,
@@ -245,8 +284,14 @@ class CheckpointKeeper:
     self.is_chief = is_chief
     self.save_dir = model_dir if is_chief else os.path.join(model_dir, f"worker_tmp_{task_id}")
     self._max_to_keep = (max_to_keep or None) if is_chief else 1
-    self._manager = tf.train.CheckpointManager(checkpoint, self.save_dir, self._max_to_keep)
+    self._manager = self._new_manager()
     self.input: input_state.InputState | None = None  # saved beside each checkpoint if set
+    self._ours: set[int] = set()  # steps whose checkpoint this run restored or saved
+    self._rejected: set[str] = set()  # prefixes the restore rejected (moved aside by the chief)
+
+  def _new_manager(self) -> tf.train.CheckpointManager:
+    """A manager counting the checkpoints the state file lists now (it reads it once)."""
+    return tf.train.CheckpointManager(self.checkpoint, self.save_dir, self._max_to_keep)
 
   def check(self, bytes_per_checkpoint: int) -> list[str]:
     """Fail-fast check of the folder this worker saves to (see check_model_dir), after the
@@ -262,20 +307,42 @@ class CheckpointKeeper:
       repaired = repair_state_file(self.model_dir)
       if repaired:
         notes.append(repaired)
-        # the manager read the old state file: it must keep counting from the files on disk
-        self._manager = tf.train.CheckpointManager(
-            self.checkpoint, self.save_dir, max_to_keep=self._max_to_keep)
+        self._manager = self._new_manager()  # it read the old state file
     else:
       tf.io.gfile.rmtree(self.save_dir)  # recreated by each save, deleted after it
     return notes
 
   def latest(self) -> str | None:
-    return latest_checkpoint(self.model_dir)
+    """The newest complete checkpoint in model_dir, never one the restore rejected."""
+    return next((p for p in complete_checkpoints(self.model_dir) if p not in self._rejected),
+                None)
+
+  def made_or_restored(self, step: int) -> bool:
+    """Whether the checkpoint of `step` is one this run restored or saved (a complete-looking
+    `ckpt-<step>` it did not make may be damaged: a save at that step replaces it)."""
+    return step in self._ours
 
   def restore(self, warn: Callable[[str], None],
               non_finite: Callable[[], str | None] = lambda: None):
-    """(prefix, status) of the newest usable checkpoint, or (None, None); see restore_readable."""
-    return restore_readable(self.checkpoint, self.model_dir, warn, non_finite)
+    """(prefix, status) of the newest usable checkpoint, or (None, None); see restore_readable.
+    The chief moves each rejected checkpoint aside (`reject`), other workers only skip it."""
+    path, status = restore_readable(self.checkpoint, self.model_dir, warn, non_finite,
+                                    self._set_aside)
+    if path is not None:
+      self._ours.add(step_of(path))
+    return path, status
+
+  def _set_aside(self, path: str) -> str | None:
+    """Moves a rejected checkpoint aside on the chief; what was done, for the warning."""
+    self._rejected.add(path)
+    if not self.is_chief:
+      return None
+    try:
+      folder = reject(path)
+    except (tf.errors.OpError, OSError) as e:
+      return f"could not move it aside ({first_line(e)})"
+    self._manager = self._new_manager()  # its list named the moved checkpoint
+    return f"moved it to {folder}"
 
   def save(self, step: int) -> str:
     """Writes the checkpoint for `step`; returns its prefix (the scratch one on non-chiefs)."""
@@ -286,7 +353,9 @@ class CheckpointKeeper:
       raise CheckpointSaveError(
           f"saving the checkpoint for step {step} in {self.save_dir} failed "
           f"({checkpoints.tf_error_summary(e)}); the latest complete checkpoint is still "
-          f"{latest_checkpoint(self.model_dir)}") from None
+          f"{self.latest()}") from None
+    self._ours.add(step)
+    self._rejected.discard(os.path.join(self.model_dir, f"ckpt-{step}"))  # replaced by this save
     if not self.is_chief:
       tf.io.gfile.rmtree(self.save_dir)
     elif self.input is not None and self.input.saved:

@@ -481,15 +481,15 @@ class Trainer:
       writer.flush()
 
   def _save(self, step: int) -> None:
-    """Saves the checkpoint of `step` unless it exists; never one holding NaN or Inf."""
-    latest = self._keeper.latest()
-    if latest is not None and checkpointing.step_of(latest) == step:
-      return  # e.g. a stop request right after a periodic save
+    """Saves the checkpoint of `step` unless this run restored or saved it (e.g. a stop request
+    right after a periodic save); never one holding NaN or Inf."""
+    if self._keeper.made_or_restored(step):
+      return
     bad = checkpointing.non_finite_variable(self._saved_variables)
     if bad is not None:
       raise NonFiniteLossError(
           f"{bad} became NaN or Inf at step {step}; stopped without saving, the latest "
-          f"checkpoint is {latest or 'none'}")
+          f"checkpoint is {self._keeper.latest() or 'none'}")
     path = self._keeper.save(step)
     if self.is_chief:
       self.log_fn(f"Saved {path}")
@@ -502,10 +502,9 @@ class Trainer:
     """
     step = int(self.global_step.numpy())
     self._keeper.input = None  # the input iterator is past the failing batch: not saved
-    latest = self._keeper.latest()
-    if step > 0 and (latest is None or checkpointing.step_of(latest) < step):
+    if step > 0:
       self._save(step)
-      latest = self._keeper.latest()
+    latest = self._keeper.latest()
     return InputDataError(f"{data_error_line(error)} (at step {step}; latest checkpoint: "
                           f"{latest or 'none'})")
 
