@@ -73,6 +73,6 @@ def restart(model_dir: str, log_fn: Callable[[str], None],
   while holds_run(model_dir):
     if time.monotonic() > deadline:
       raise RestartError(
-          f"--restart: {model_dir} still holds checkpoints after {wait_seconds:.0f} s; the chief "
+          f"--restart: {model_dir} still holds checkpoints after {wait_seconds:g} s; the chief "
           "moves it aside: start the chief with --restart too")
     time.sleep(poll_seconds)
