@@ -150,7 +150,7 @@ def print_summary(config: Any, results: dict[str, dict[str, float]], seconds: fl
   The eval metrics are printed here only (one ``key = value`` line each, as the official code).
   """
   from electra_tf import training
-  from electra_tf.training.checkpointing import step_of
+  from electra_tf.training.checkpoint_files import step_of
 
   lines: list[str] = []
   start_step = results["start"]["global_step"]

@@ -22,7 +22,7 @@ from helpers import pretrain_data, procs, toy_train
 from helpers.paths import REPO_ROOT
 
 from electra_tf import training
-from electra_tf.training import checkpointing
+from electra_tf.training import checkpoint_files
 
 ENV = {**os.environ, "TF_CPP_MIN_LOG_LEVEL": "3", "CUDA_VISIBLE_DEVICES": "-1",
        "TF_USE_LEGACY_KERAS": "1", "PYTHONUNBUFFERED": "1"}  # step lines arrive as printed
@@ -123,7 +123,7 @@ def test_a_huge_learning_rate_never_writes_a_non_finite_checkpoint(pretrain_dir)
 
 def _poison(prefix: str) -> None:
   """Rewrites checkpoint `prefix` with NaN in its first float tensor (a poisoned old save)."""
-  step = checkpointing.step_of(prefix)
+  step = checkpoint_files.step_of(prefix)
   model, optimizer = toy_train.build(training.get_strategy("one_device", num_gpus=0), 30)
   ckpt = tf.train.Checkpoint(model=model, optimizer=optimizer,
                              step=tf.Variable(step, dtype=tf.int64))
@@ -216,7 +216,7 @@ def test_a_rejected_checkpoint_that_cannot_be_moved_is_still_replaced(tmp_path, 
   def unmovable(prefix):
     raise PermissionError(f"[Errno 13] Permission denied: '{prefix}.rejected'")
 
-  monkeypatch.setattr(checkpointing, "reject", unmovable)
+  monkeypatch.setattr(checkpoint_files, "reject", unmovable)
   lines: list[str] = []
   toy_train.run(strategy, str(tmp_path), 20, log_fn=lines.append)
   assert lines[0].endswith(f"(variable toy/head/kernel:0); could not move it aside ([Errno 13] "
