@@ -144,34 +144,6 @@ def train_or_eval(config: Any, strategy: Any = None, jit_compile: bool = False,
   return results
 
 
-def print_summary(config: Any, results: dict[str, dict[str, float]], seconds: float) -> None:
-  """The block a run ends with: steps trained, last train interval, eval metrics, where to look.
-
-  The eval metrics are printed here only (one ``key = value`` line each, as the official code).
-  """
-  from electra_tf import training
-  from electra_tf.training.checkpoint_files import step_of
-
-  lines: list[str] = []
-  start_step = results["start"]["global_step"]
-  latest = training.latest_checkpoint(config.model_dir)
-  step = step_of(latest) if latest else start_step
-  if config.do_train:
-    lines.append(f"  trained steps {start_step} -> {step} of {config.num_train_steps} in "
-                 f"{seconds:.0f} s; checkpoint {latest}")
-  train = results.get("train") or {}
-  shown = [k for k in ("mlm_loss", "disc_loss", "masked_lm_accuracy", "disc_auc", "disc_recall")
-           if k in train]
-  if shown:
-    lines.append("  last train interval: " + ", ".join(f"{k} {train[k]:.4g}" for k in shown))
-  if "eval" in results:
-    lines.append(f"  eval ({config.num_eval_steps} batches of {config.eval_batch_size}):")
-    lines += [f"    {k} = {results['eval'][k]}" for k in sorted(results["eval"])]
-    lines.append(f"  results: {config.results_txt}")
-  lines.append(f"  TensorBoard: tensorboard --logdir {config.model_dir}")
-  console.summary(f"Summary: model {config.model_name}, step {step}", lines)
-
-
 def main(argv: Sequence[str]) -> None:
   data_dir, model_name = data_dir_and_model_name(list(argv))
   from electra_tf.config import load_hparams
@@ -197,6 +169,8 @@ def main(argv: Sequence[str]) -> None:
   check = {"auto": None, "true": True, "false": False}[FLAGS.check_data]
   results = train_or_eval(config, strategy, FLAGS.jit_compile, precision, peak,
                           check_data=check)
+  from electra_tf.pretraining.summary import print_summary
+
   print_summary(config, results, time.perf_counter() - start)
 
 

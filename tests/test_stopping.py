@@ -343,3 +343,31 @@ def test_a_signal_on_one_worker_stops_every_worker_at_the_same_step(tmp_path):
   step = steps.pop()
   assert training.latest_checkpoint(str(model_dir)) == str(model_dir / f"ckpt-{step}")
   assert not list(model_dir.glob("worker_tmp_*"))  # the other worker's scratch save is gone
+
+
+@pytest.mark.slow
+def test_two_workers_skip_a_rejected_checkpoint_and_only_the_chief_moves_it(tmp_path):
+  model_dir = tmp_path / "mwms"
+
+  def run_both() -> list[str]:
+    runs = [subprocess.Popen(
+        [sys.executable, str(pathlib.Path(toy_train.__file__)), "--strategy",
+         "multi_worker_mirrored", "--model_dir", str(model_dir), "--num_train_steps", "20"],
+        env={**ENV, "TF_CONFIG": tf_config}, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+        text=True) for tf_config in pretrain_data.two_worker_tf_configs()]
+    logs = [procs.finish(p, timeout=300) for p in runs]
+    assert [p.returncode for p in runs] == [0, 0], "\n".join(log[-2000:] for log in logs)
+    return logs
+
+  run_both()
+  _poison(str(model_dir / "ckpt-20"))
+  chief, other = run_both()
+  assert (f"holds NaN or Inf values (variable toy/head/kernel:0); moved it to "
+          f"{model_dir}/ckpt-20.rejected; resuming from the previous checkpoint "
+          f"{model_dir}/ckpt-10\n") in chief, chief[-3000:]
+  # the other worker skipped it (or, listing after the move, never saw it): it moved nothing
+  assert f"Restored {model_dir}/ckpt-10 at step 10" in other and "moved it" not in other, other
+  assert f"Saved {model_dir}/ckpt-20\n" in chief and _finite(model_dir / "ckpt-20")
+  assert _state_file_names(model_dir) == ("ckpt-20", ["ckpt-10", "ckpt-20"])
+  assert sorted(p.name for p in model_dir.glob("ckpt-20.rejected*")) == ["ckpt-20.rejected"]
+  assert not list(model_dir.glob("worker_tmp_*"))

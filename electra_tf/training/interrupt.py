@@ -10,6 +10,14 @@ traceback, nothing saved after the last checkpoint).
 Under MultiWorkerMirroredStrategy the loop takes the maximum of `requested` over the workers
 before each step (an all-reduce of one integer), so a signal on any worker stops every worker
 after the same step, and all of them take part in the same collective save.
+
+The route of one Ctrl-C: `StopRequest.watching` (entered by `loop.Trainer.train`) installed
+the handlers -> the watcher thread (`StopRequest._watch`) reads the wake-up byte and calls
+`StopRequest.request`, which sets `requested` -> before its next step the compiled loop
+(`step_loop.make_loop`) reads it through `step_loop.agreed_stop` and returns `stopped` ->
+`loop.Trainer._train_loops` saves the step reached (`stops.StepSaver.save` ->
+`checkpointing.CheckpointKeeper.save`) and raises `stops.StepSaver.stopped`'s `Interrupted`
+-> `console.one_line_errors` prints its line and exits with 128 + the signal.
 """
 
 from __future__ import annotations
