@@ -11,10 +11,11 @@ save at that step overwrites; start-up deletes every `ckpt-<N>_temp/` folder (ne
 The checkpoint resumed from is the newest complete one on disk (index and every data shard
 present), whatever the `checkpoint` state file says: a state file deleted or naming files
 deleted by hand is rewritten, with one line, never a restart from step 0 over older
-checkpoints. A checkpoint whose files cannot be read, or whose values hold NaN or Inf, is
-skipped on resume, with a warning, for the newest older one that is usable; the training loop
-never writes a checkpoint holding NaN or Inf. A failed save (e.g. a full disk) deletes its
-partial files and leaves the previous checkpoint as the latest.
+checkpoints (checkpoint_files.py). A checkpoint whose files cannot be read, or whose values
+hold NaN or Inf, is moved aside on resume (`checkpoint_files.reject`: kept in
+`ckpt-<N>.rejected/`, never counted again), with a warning, for the newest older one that is
+usable; the training loop never writes a checkpoint holding NaN or Inf. A failed save (e.g. a
+full disk) deletes its partial files and leaves the previous checkpoint as the latest.
 """
 
 from __future__ import annotations
