@@ -22,7 +22,7 @@ from helpers import pretrain_data, procs, toy_train
 from helpers.paths import REPO_ROOT
 
 from electra_tf import training
-from electra_tf.training import checkpoint_files
+from electra_tf.training import checkpoint_files, checkpointing
 
 ENV = {**os.environ, "TF_CPP_MIN_LOG_LEVEL": "3", "CUDA_VISIBLE_DEVICES": "-1",
        "TF_USE_LEGACY_KERAS": "1", "PYTHONUNBUFFERED": "1"}  # step lines arrive as printed
@@ -223,6 +223,25 @@ def test_a_rejected_checkpoint_that_cannot_be_moved_is_still_replaced(tmp_path, 
                            f"Permission denied: '{tmp_path}/ckpt-20.rejected'); resuming from "
                            f"the previous checkpoint {tmp_path}/ckpt-10"), lines
   assert lines[-1] == f"Saved {tmp_path}/ckpt-20" and _finite(tmp_path / "ckpt-20")
+
+
+def test_the_chief_moves_a_rejected_checkpoint_only_once_every_worker_has_read(tmp_path):
+  """Another worker may still be reading a checkpoint the chief rejects: the move waits for
+  the barrier every worker passes after its restore (a move during a read failed the read)."""
+  strategy = training.get_strategy("one_device", num_gpus=0)
+  toy_train.run(strategy, str(tmp_path), 20, log_fn=lambda line: None)
+  _poison(str(tmp_path / "ckpt-20"))
+  model, optimizer = toy_train.build(strategy, 20)
+  variables = model.variables + optimizer.variables
+  checkpoint = tf.train.Checkpoint(model=model, optimizer=optimizer,
+                                   step=tf.Variable(0, dtype=tf.int64))
+  keeper = checkpointing.CheckpointKeeper(checkpoint, str(tmp_path), 5)
+  at_barrier, lines = [], []
+  path, _ = keeper.restore(
+      lines.append, lambda: checkpointing.non_finite_variable(variables),
+      wait_for_workers=lambda: at_barrier.append((tmp_path / "ckpt-20.index").exists()))
+  assert path == str(tmp_path / "ckpt-10") and at_barrier == [True]  # still there then
+  assert not (tmp_path / "ckpt-20.index").exists() and "moved it to" in lines[0], lines
 
 
 def _failing_at(batch_size: int, start: int, step: int):

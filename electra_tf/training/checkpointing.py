@@ -104,17 +104,17 @@ class NonFiniteCheckpointError(ValueError):
 
 
 def restore_readable(checkpoint: tf.train.Checkpoint, model_dir: str,
-                     warn: Callable[[str], None],
                      non_finite: Callable[[], str | None] = lambda: None,
-                     set_aside: Callable[[str], str | None] = lambda path: None):
+                     rejected: list[tuple[str, str, str]] | None = None):
   """Restores the newest checkpoint of model_dir whose files read and whose values are finite.
 
   Returns (prefix, load status), or (None, None) without a checkpoint. A corrupt one
   (truncated data file, damaged index), or one after whose restore `non_finite()` names a
-  variable holding NaN or Inf, is skipped for the next older one, with a warning that adds
-  what `set_aside(prefix)` says it did with it (e.g. moved it aside, see `reject`);
-  CorruptCheckpointError / NonFiniteCheckpointError if none is usable (the oldest stays).
+  variable holding NaN or Inf, is skipped for the next older one and appended to `rejected`
+  as (prefix, what is wrong, the next older prefix); CorruptCheckpointError /
+  NonFiniteCheckpointError if none is usable (the oldest is not appended). Reads only.
   """
+  rejected = [] if rejected is None else rejected
   candidates = complete_checkpoints(model_dir)
   for i, path in enumerate(candidates):
     last = i + 1 == len(candidates)
@@ -134,9 +134,7 @@ def restore_readable(checkpoint: tf.train.Checkpoint, model_dir: str,
         raise NonFiniteCheckpointError(
             f"{problem}, and no older checkpoint is usable; rerun with --restart to start "
             "afresh (the old files are moved aside)")
-    done = set_aside(path)
-    warn(f"Warning: {problem}; {done + '; ' if done else ''}resuming from the previous "
-         f"checkpoint {candidates[i + 1]}")
+    rejected.append((path, problem, candidates[i + 1]))
   return None, None
 
 
@@ -212,11 +210,23 @@ class CheckpointKeeper:
     return step in self._ours
 
   def restore(self, warn: Callable[[str], None],
-              non_finite: Callable[[], str | None] = lambda: None):
+              non_finite: Callable[[], str | None] = lambda: None,
+              wait_for_workers: Callable[[], None] = lambda: None):
     """(prefix, status) of the newest usable checkpoint, or (None, None); see restore_readable.
-    The chief moves each rejected checkpoint aside (`reject`), other workers only skip it."""
-    path, status = restore_readable(self.checkpoint, self.model_dir, warn, non_finite,
-                                    self._set_aside)
+
+    Each checkpoint it rejects gets one warning line and is never counted again; the chief
+    moves it aside (`checkpoint_files.reject`), other workers only skip it. The move waits
+    for `wait_for_workers()` (a barrier under several workers): no worker still reads it.
+    """
+    rejected: list[tuple[str, str, str]] = []
+    try:
+      path, status = restore_readable(self.checkpoint, self.model_dir, non_finite, rejected)
+    finally:
+      wait_for_workers()
+      for prefix, problem, previous in rejected:
+        done = self._set_aside(prefix)
+        warn(f"Warning: {problem}; {done + '; ' if done else ''}resuming from the previous "
+             f"checkpoint {previous}")
     if path is not None:
       self._ours.add(step_of(path))
     return path, status

@@ -159,7 +159,8 @@ class Trainer:
     continues the schedule from there.
     """
     path, status = self._keeper.restore(
-        self.log_fn, lambda: checkpointing.non_finite_variable(self._saved_variables))
+        self.log_fn, lambda: checkpointing.non_finite_variable(self._saved_variables),
+        self._saver.barrier if self._collective_stop else lambda: None)
     if path is not None:
       try:
         status.assert_existing_objects_matched()
