@@ -99,7 +99,8 @@ def train_or_eval(config: Any, strategy: Any = None, jit_compile: bool = False,
                   probe: Any = None) -> dict[str, dict[str, float]]:
   """Pre-trains and/or evaluates as ``config`` says (official ``train_or_eval``).
 
-  Returns ``{"train": last logged values, "eval": eval results}`` (the parts that ran).
+  Returns ``{"start": {"global_step": restored step}, "train": last logged values, "eval":
+  eval results}`` (the parts that ran).
   ``check_data``: read every shard before step 1 (True), never (False), or when the data is
   small (None, < 1 GiB). ``probe``: a ``probing.during_pretraining.RunProbe`` to attach.
   """
@@ -121,8 +122,8 @@ def train_or_eval(config: Any, strategy: Any = None, jit_compile: bool = False,
   run = task.build_run(config, strategy, jit_compile, mixed_precision, peak_flops, log_fn)
   data_check.check_data(config.pretrain_tfrecords, config.max_seq_length, config.vocab_size,
                         check=check_data, log_fn=log_fn)  # after build_run's setup checks
-  results: dict[str, dict[str, float]] = {}
   start = run.trainer.restore_or_initialize()
+  results: dict[str, dict[str, float]] = {"start": {"global_step": start}}
   if probe is not None and config.do_train:
     probe.attach(run.trainer, run.model.discriminator, start)
   if config.do_train:
@@ -147,60 +148,15 @@ def train_or_eval(config: Any, strategy: Any = None, jit_compile: bool = False,
   return results
 
 
-def print_summary(config: Any, results: dict[str, dict[str, float]], start_step: int,
-                  seconds: float, probe: Any = None) -> None:
-  """The block a run ends with: steps trained, last train interval, eval metrics, where to look.
-
-  The eval metrics are printed here only (one ``key = value`` line each, as the official code).
-  """
-  from electra_tf import training
-  from electra_tf.training.checkpointing import step_of
-
-  lines: list[str] = []
-  latest = training.latest_checkpoint(config.model_dir)
-  step = step_of(latest) if latest else start_step
-  if config.do_train:
-    lines.append(f"  trained steps {start_step} -> {step} of {config.num_train_steps} in "
-                 f"{seconds:.0f} s; checkpoint {latest}")
-  train = results.get("train") or {}
-  shown = [k for k in ("mlm_loss", "disc_loss", "masked_lm_accuracy", "disc_auc", "disc_recall")
-           if k in train]
-  if shown:
-    lines.append("  last train interval: " + ", ".join(f"{k} {train[k]:.4g}" for k in shown))
-  lines += probe.summary_lines() if probe is not None else []
-  if "eval" in results:
-    lines.append(f"  eval ({config.num_eval_steps} batches of {config.eval_batch_size}):")
-    lines += [f"    {k} = {results['eval'][k]}" for k in sorted(results["eval"])]
-    lines.append(f"  results: {config.results_txt}")
-  lines.append(f"  TensorBoard: {console.venv_command('tensorboard', 'tensorboard.main')} "
-               f"--logdir {config.model_dir}")
-  console.summary(f"Summary: model {config.model_name}, step {step}", lines)
-
-
-def restart(model_dir: str) -> None:
-  """--restart: the chief renames a model folder holding checkpoints (nothing is deleted)."""
-  import json
-
-  from electra_tf.training.checkpointing import move_aside
-
-  tf_config = json.loads(os.environ.get("TF_CONFIG") or "{}")
-  task = tf_config.get("task", {})
-  if task.get("type") not in (None, "chief") and (
-      task.get("type") != "worker" or task.get("index", 0) != 0
-      or "chief" in tf_config.get("cluster", {})):
-    return  # another worker: the chief moves the folder (as runtime.worker_role decides)
-  aside = move_aside(model_dir)
-  if aside:
-    log(f"--restart: moved {model_dir} to {aside}")
-
-
 def main(argv: Sequence[str]) -> None:
   data_dir, model_name = data_dir_and_model_name(list(argv))
   from electra_tf.config import load_hparams
   from electra_tf.reading.model_source import pretraining_config
 
   if FLAGS.restart:  # before the config, which reads the old model's hparams.json
-    restart(os.path.join(data_dir, "models", model_name))
+    from electra_tf.training import restart
+
+    restart.restart(os.path.join(data_dir, "models", model_name), log)
 
   # hparams first: their errors need no model building
   config = pretraining_config(model_name, data_dir, load_hparams(FLAGS.hparams), console.log)
@@ -213,10 +169,6 @@ def main(argv: Sequence[str]) -> None:
   strategy = training.get_strategy(name, FLAGS.num_gpus, tpu=tpu if name == "tpu" else None)
   precision = None if FLAGS.mixed_precision == "none" else FLAGS.mixed_precision
   peak = FLAGS.peak_tflops * 1e12 if FLAGS.peak_tflops else None
-  from electra_tf.training.checkpointing import step_of
-
-  latest = training.latest_checkpoint(config.model_dir)
-  start_step = step_of(latest) if latest else 0
   start = time.perf_counter()
   check = {"auto": None, "true": True, "false": False}[FLAGS.check_data]
   from electra_tf.probing import during_pretraining
@@ -224,7 +176,9 @@ def main(argv: Sequence[str]) -> None:
   probe = during_pretraining.from_flags(FLAGS, config, strategy, data_dir)  # before seeding
   results = train_or_eval(config, strategy, FLAGS.jit_compile, precision, peak,
                           check_data=check, probe=probe)
-  print_summary(config, results, start_step, time.perf_counter() - start, probe)
+  from electra_tf.pretraining.summary import print_summary
+
+  print_summary(config, results, time.perf_counter() - start, probe)
 
 
 if __name__ == "__main__":

@@ -9,7 +9,7 @@ systems (``gs://`` ...) go through ``tf.io.gfile``.
 
     write_text(path, text); write_bytes(path, data); write_json(path, obj)
     with temp_path(path) as tmp: library_that_writes_a_file(tmp)   # e.g. safetensors, PNG
-    with staged_dir(output_dir, overwrite) as stage: write files into stage
+    with staged_dir(output_dir) as stage: write files into stage   # replaces it whole
     with scratch_dir(path) as tmp: write several files, then move them into place
     remove_tree(path); move_aside(path)   # a folder gone whole; kept under another name
 """
@@ -20,6 +20,8 @@ import contextlib
 import json
 import os
 import shutil
+import stat
+import tempfile
 import uuid
 from collections.abc import Iterator
 from typing import Any
@@ -37,11 +39,32 @@ def _gfile():
   return tf.io.gfile
 
 
+_PROC_STATUS = "/proc/self/status"  # Linux: holds "Umask:\t0022"
+
+
+def _umask() -> int:
+  """The process umask, read without changing it: ``os.umask(0)`` then back would give a file
+  another thread creates in between mode 0666. Linux reports it in /proc (kernel >= 4.7);
+  elsewhere a probe file is created in the temp folder and its mode read."""
+  try:
+    with open(_PROC_STATUS, encoding="ascii") as f:
+      for line in f:
+        if line.startswith("Umask:"):
+          return int(line.split()[1], 8)
+  except (OSError, ValueError, IndexError):
+    pass
+  probe = os.path.join(tempfile.gettempdir(), f".umask-probe-{os.getpid()}-{uuid.uuid4().hex}")
+  fd = os.open(probe, os.O_CREAT | os.O_EXCL | os.O_WRONLY, 0o777)
+  try:
+    return 0o777 & ~stat.S_IMODE(os.fstat(fd).st_mode)
+  finally:
+    os.close(fd)
+    os.remove(probe)
+
+
 def umask_mode(directory: bool = False) -> int:
   """The mode the process umask gives a new file (0o666 base) or folder (0o777 base)."""
-  mask = os.umask(0)
-  os.umask(mask)
-  return (0o777 if directory else 0o666) & ~mask
+  return (0o777 if directory else 0o666) & ~_umask()
 
 
 def _temp_name(path: str) -> str:

@@ -228,19 +228,21 @@ def run(main: Callable[[list[str]], object], prog: str,
   app.run(checked_main, argv=list(sys.argv if argv is None else argv), flags_parser=parse)
 
 
-def first_line(error: BaseException) -> str:
-  """The first line of an exception's message as it stands (its type name if it is empty)."""
-  text = getattr(error, "message", None) or str(error) or type(error).__name__
-  return text.strip().splitlines()[0] if text.strip() else type(error).__name__
+def error_line(error: BaseException, name_type: bool = True) -> str:
+  """The first non-blank line of an exception's message (its type's name if it has none).
 
-
-def error_line(error: BaseException) -> str:
-  """The first line of an exception's message; the type is named when it says little."""
+  ``name_type``: the type is named in front when the message may not say what went wrong on
+  its own (any type but ValueError, FileNotFoundError, FileExistsError, PermissionError), as
+  a program's error line does; without it the line is quoted as it stands, inside another one.
+  """
   message = getattr(error, "message", None) or str(error)
   first = next((line.strip() for line in message.splitlines() if line.strip()), "")
-  if isinstance(error, ValueError | FileNotFoundError | FileExistsError | PermissionError):
-    return first or type(error).__name__
-  return f"{type(error).__name__}: {first}" if first else type(error).__name__
+  if not first:
+    return type(error).__name__
+  if not name_type or isinstance(
+      error, ValueError | FileNotFoundError | FileExistsError | PermissionError):
+    return first
+  return f"{type(error).__name__}: {first}"
 
 
 @contextlib.contextmanager

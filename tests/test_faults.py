@@ -278,7 +278,8 @@ def test_resume_falls_back_to_previous_complete_checkpoint(tmp_path):
   summary = toy_train.run(_one_device(), str(tmp_path), 30, log_fn=lines.append)
   assert lines[:2] == [
       f"Warning: checkpoint {tmp_path}/ckpt-20 is corrupt or truncated (TensorFlow: Read less "
-      f"bytes than requested); resuming from the previous checkpoint {tmp_path}/ckpt-10",
+      f"bytes than requested); moved it to {tmp_path}/ckpt-20.rejected; resuming from the "
+      f"previous checkpoint {tmp_path}/ckpt-10",
       f"Restored {tmp_path}/ckpt-10 at step 10"]
   assert (summary["start_step"], summary["final_step"]) == (10, 30)
   assert _digests(tmp_path, "ckpt-10.*") == ckpt10
@@ -289,6 +290,8 @@ def test_resume_falls_back_to_previous_complete_checkpoint(tmp_path):
     toy_train.run(_one_device(), str(tmp_path), 40, log_fn=lambda _: None)
   assert str(err.value) == (f"checkpoint {tmp_path}/ckpt-10 is corrupt or truncated "
                             "(TensorFlow: Read less bytes than requested)")
+  assert sorted(p.name for p in tmp_path.glob("ckpt-*.rejected*")) == [
+      "ckpt-20.rejected", "ckpt-20.rejected-2", "ckpt-30.rejected"]  # the last one stays
 
 
 # ----- saves: killed, failed for lack of space -------------------------------------------------

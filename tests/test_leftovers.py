@@ -28,10 +28,11 @@ ENV = {**os.environ, "TF_CPP_MIN_LOG_LEVEL": "3", "CUDA_VISIBLE_DEVICES": "-1",
        "TF_USE_LEGACY_KERAS": "1", "PYTHONPATH": str(REPO_ROOT)}
 
 
-@pytest.fixture
-def umask_022():
-  old = os.umask(0o022)
-  yield
+@pytest.fixture(params=[0o022, 0o027, 0o002], ids=["umask022", "umask027", "umask002"])
+def umask(request):
+  """Runs the test under each umask (022 alone would let a hard-coded 0644 pass)."""
+  old = os.umask(request.param)
+  yield request.param
   os.umask(old)
 
 
@@ -39,14 +40,14 @@ def _mode(path: pathlib.Path) -> int:
   return stat.S_IMODE(path.stat().st_mode)
 
 
-def test_written_files_get_the_umask_mode(tmp_path, vocab_file, umask_022):
+def test_written_files_get_the_umask_mode(tmp_path, vocab_file, umask):
   config = PretrainingConfig("m", str(tmp_path), model_size="small", vocab_file=vocab_file)
   write_model_files(str(tmp_path / "model"), config, vocab_file)
   hf_tokenizer.write_tokenizer_files(str(tmp_path / "hf"), vocab_file, do_lower_case=True)
   with atomic_io.temp_path(str(tmp_path / "weights.bin")) as tmp:
     pathlib.Path(tmp).write_bytes(b"\0" * 8)
   written = [p for p in tmp_path.rglob("*") if p.is_file()]
-  assert len(written) == 6 and {_mode(p) for p in written} == {0o644}, \
+  assert len(written) == 6 and {_mode(p) for p in written} == {0o666 & ~umask}, \
       {str(p): oct(_mode(p)) for p in written}
   assert not [p for p in tmp_path.rglob(".*")]  # no temporary file left
 

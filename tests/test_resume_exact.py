@@ -26,7 +26,7 @@ from electra_tf.modeling.bert_config import BertConfig
 from electra_tf.modeling.encoder import Transformer
 from electra_tf.pretraining.builder import build_pretraining_model
 from electra_tf.pretraining.data import pretraining_dataset
-from electra_tf.training.checkpointing import step_of
+from electra_tf.training.checkpoint_files import step_of
 
 REPO = pathlib.Path(__file__).resolve().parents[1]
 ENV = {**os.environ, "TF_CPP_MIN_LOG_LEVEL": "3", "CUDA_VISIBLE_DEVICES": "-1",

@@ -20,7 +20,7 @@ from helpers import pretrain_data, procs
 from electra_tf import training
 from electra_tf.pretraining.data import pretraining_dataset
 from electra_tf.training import input_state
-from electra_tf.training.checkpointing import step_of
+from electra_tf.training.checkpoint_files import step_of
 
 REPO = pathlib.Path(__file__).resolve().parents[1]
 ENV = {**os.environ, "TF_CPP_MIN_LOG_LEVEL": "3", "CUDA_VISIBLE_DEVICES": "-1",
@@ -201,6 +201,16 @@ def test_resume_without_a_usable_input_state_says_so_and_skips_by_reading(pretra
       f"Resume: the input state in {tmp_path / 'input_state' / 'ckpt-7'} does not restore (")
   np.testing.assert_array_equal(next(iterator)["input_ids"].numpy(), whole[7])
 
+  dead = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"],
+                        capture_output=True, text=True, check=True).stdout.strip()
+  leftover = tmp_path / "input_state" / f".ckpt-9.tmp-{dead}-0123abcd"  # a killed save's stage
+  (leftover / "state.index").parent.mkdir()
+  (leftover / "state.index").write_bytes(b"partial")
+  state.save(str(tmp_path), 8)  # written by atomic_io: no temporary name left beside it
+  assert sorted(p.name for p in (tmp_path / "input_state").iterdir()) == [
+      leftover.name, "ckpt-7", "ckpt-8"]
+  input_state.prune(str(tmp_path), keep_steps={8})
+  assert sorted(p.name for p in (tmp_path / "input_state").iterdir()) == ["ckpt-8"]
   input_state.prune(str(tmp_path), keep_steps=set())
   assert not list((tmp_path / "input_state").iterdir())
 

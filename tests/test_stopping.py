@@ -22,7 +22,7 @@ from helpers import pretrain_data, procs, toy_train
 from helpers.paths import REPO_ROOT
 
 from electra_tf import training
-from electra_tf.training import checkpointing
+from electra_tf.training import checkpoint_files, checkpointing
 
 ENV = {**os.environ, "TF_CPP_MIN_LOG_LEVEL": "3", "CUDA_VISIBLE_DEVICES": "-1",
        "TF_USE_LEGACY_KERAS": "1", "PYTHONUNBUFFERED": "1"}  # step lines arrive as printed
@@ -123,7 +123,7 @@ def test_a_huge_learning_rate_never_writes_a_non_finite_checkpoint(pretrain_dir)
 
 def _poison(prefix: str) -> None:
   """Rewrites checkpoint `prefix` with NaN in its first float tensor (a poisoned old save)."""
-  step = checkpointing.step_of(prefix)
+  step = checkpoint_files.step_of(prefix)
   model, optimizer = toy_train.build(training.get_strategy("one_device", num_gpus=0), 30)
   ckpt = tf.train.Checkpoint(model=model, optimizer=optimizer,
                              step=tf.Variable(step, dtype=tf.int64))
@@ -132,18 +132,149 @@ def _poison(prefix: str) -> None:
   ckpt.write(prefix)
 
 
-def test_resume_falls_back_past_a_non_finite_checkpoint(tmp_path):
-  toy_train.run(training.get_strategy("one_device", num_gpus=0), str(tmp_path), 20,
-                log_fn=lambda line: None)
+@pytest.mark.slow
+def test_a_truncated_final_checkpoint_is_moved_aside_and_saved_again(pretrain_dir):
+  name = "truncated"
+  model_dir = pretrain_dir / "models" / name
+  hparams = {**TINY, "num_train_steps": 6, "save_checkpoints_steps": 2}
+  log = procs.finish(_pretrain(pretrain_dir, name, hparams), timeout=300)
+  data = model_dir / "ckpt-6.data-00000-of-00001"
+  damaged = data.read_bytes()[:data.stat().st_size // 2]
+  data.write_bytes(damaged)
+  rerun = _pretrain(pretrain_dir, name, hparams)  # the same command
+  log = procs.finish(rerun, timeout=300)
+  assert rerun.returncode == 0 and "Traceback" not in log, log[-3000:]
+  rejected = model_dir / "ckpt-6.rejected"
+  assert (f"Warning: checkpoint {model_dir}/ckpt-6 is corrupt or truncated (TensorFlow: Read "
+          f"less bytes than requested); moved it to {rejected}; resuming from the previous "
+          f"checkpoint {model_dir}/ckpt-4\n") in log, log[-3000:]
+  assert f"Restored {model_dir}/ckpt-4 at step 4" in log
+  assert f"Saved {model_dir}/ckpt-6\n" in log and "trained steps 4 -> 6 of 6" in log
+  assert _finite(model_dir / "ckpt-6") and _state_file_names(model_dir) == (
+      "ckpt-6", ["ckpt-2", "ckpt-4", "ckpt-6"])
+  assert (rejected / data.name).read_bytes() == damaged and (rejected / "ckpt-6.index").is_file()
+  assert sorted(p.name for p in (rejected / "input_state").iterdir()) == [
+      "signature.json", "state.data-00000-of-00001", "state.index"]  # its input state went too
+  assert (model_dir / "input_state" / "ckpt-6" / "signature.json").is_file()  # the new one's
+  again = _pretrain(pretrain_dir, name, hparams)  # nothing left to reject or to train
+  log = procs.finish(again, timeout=300)
+  assert again.returncode == 0 and "Warning" not in log, log[-3000:]
+  assert f"Restored {model_dir}/ckpt-6 at step 6" in log and "not training" in log
+
+
+def _state_file_names(model_dir: pathlib.Path) -> tuple[str, list[str]]:
+  """(latest, every listed checkpoint) by name, as model_dir's `checkpoint` file says."""
+  state = tf.train.get_checkpoint_state(str(model_dir))
+  return (os.path.basename(state.model_checkpoint_path),
+          [os.path.basename(p) for p in state.all_model_checkpoint_paths])
+
+
+def _finite(prefix: pathlib.Path) -> bool:
+  reader = tf.train.load_checkpoint(str(prefix))
+  return all(np.isfinite(reader.get_tensor(k)).all()
+             for k, dtype in reader.get_variable_to_dtype_map().items() if dtype.is_floating)
+
+
+def test_a_non_finite_checkpoint_is_moved_aside_and_replaced(tmp_path):
+  strategy = training.get_strategy("one_device", num_gpus=0)
+  toy_train.run(strategy, str(tmp_path), 20, log_fn=lambda line: None, keep_checkpoint_max=2)
   _poison(str(tmp_path / "ckpt-20"))
+  poisoned = (tmp_path / "ckpt-20.data-00000-of-00001").read_bytes()
   lines: list[str] = []
-  summary = toy_train.run(training.get_strategy("one_device", num_gpus=0), str(tmp_path), 30,
-                          log_fn=lines.append)
+  summary = toy_train.run(strategy, str(tmp_path), 20, log_fn=lines.append,
+                          keep_checkpoint_max=2)
   warnings = [line for line in lines if "NaN or Inf" in line]
   assert warnings == [f"Warning: checkpoint {tmp_path}/ckpt-20 holds NaN or Inf values "
-                      f"(variable toy/head/kernel:0); resuming from the previous checkpoint "
-                      f"{tmp_path}/ckpt-10"], lines
-  assert summary["start_step"] == 10 and summary["final_step"] == 30
+                      f"(variable toy/head/kernel:0); moved it to {tmp_path}/ckpt-20.rejected; "
+                      f"resuming from the previous checkpoint {tmp_path}/ckpt-10"], lines
+  assert summary["start_step"] == 10 and summary["final_step"] == 20
+  assert lines[-1] == f"Saved {tmp_path}/ckpt-20"  # trained again and saved, not skipped
+  assert _finite(tmp_path / "ckpt-20") and _state_file_names(tmp_path) == (
+      "ckpt-20", ["ckpt-10", "ckpt-20"])
+  rejected = tmp_path / "ckpt-20.rejected"  # kept for inspection, as it was
+  assert (rejected / "ckpt-20.data-00000-of-00001").read_bytes() == poisoned
+  assert (rejected / "ckpt-20.index").is_file()
+
+  _poison(str(tmp_path / "ckpt-20"))  # again, then a shorter run: ckpt-10 must stay kept
+  lines.clear()
+  summary = toy_train.run(strategy, str(tmp_path), 15, log_fn=lines.append,
+                          keep_checkpoint_max=2)
+  assert f"moved it to {tmp_path}/ckpt-20.rejected-2; " in lines[0], lines
+  assert summary["start_step"] == 10 and lines[-1] == f"Saved {tmp_path}/ckpt-15"
+  # the checkpoint manager forgot the moved ckpt-20: keeping 2 keeps ckpt-10 and ckpt-15
+  assert sorted(p.name for p in tmp_path.glob("ckpt-*.index")) == ["ckpt-10.index",
+                                                                   "ckpt-15.index"]
+  assert _state_file_names(tmp_path) == ("ckpt-15", ["ckpt-10", "ckpt-15"])
+  assert (tmp_path / "ckpt-20.rejected" / "ckpt-20.index").is_file()  # the first, untouched
+
+
+def test_a_rejected_checkpoint_that_cannot_be_moved_is_still_replaced(tmp_path, monkeypatch):
+  strategy = training.get_strategy("one_device", num_gpus=0)
+  toy_train.run(strategy, str(tmp_path), 20, log_fn=lambda line: None)
+  _poison(str(tmp_path / "ckpt-20"))
+
+  def unmovable(prefix):
+    raise PermissionError(f"[Errno 13] Permission denied: '{prefix}.rejected'")
+
+  monkeypatch.setattr(checkpoint_files, "reject", unmovable)
+  lines: list[str] = []
+  toy_train.run(strategy, str(tmp_path), 20, log_fn=lines.append)
+  assert lines[0].endswith(f"(variable toy/head/kernel:0); could not move it aside ([Errno 13] "
+                           f"Permission denied: '{tmp_path}/ckpt-20.rejected'); resuming from "
+                           f"the previous checkpoint {tmp_path}/ckpt-10"), lines
+  assert lines[-1] == f"Saved {tmp_path}/ckpt-20" and _finite(tmp_path / "ckpt-20")
+
+
+def test_the_chief_moves_a_rejected_checkpoint_only_once_every_worker_has_read(tmp_path):
+  """Another worker may still be reading a checkpoint the chief rejects: the move waits for
+  the barrier every worker passes after its restore (a move during a read failed the read)."""
+  strategy = training.get_strategy("one_device", num_gpus=0)
+  toy_train.run(strategy, str(tmp_path), 20, log_fn=lambda line: None)
+  _poison(str(tmp_path / "ckpt-20"))
+  model, optimizer = toy_train.build(strategy, 20)
+  variables = model.variables + optimizer.variables
+  checkpoint = tf.train.Checkpoint(model=model, optimizer=optimizer,
+                                   step=tf.Variable(0, dtype=tf.int64))
+  keeper = checkpointing.CheckpointKeeper(checkpoint, str(tmp_path), 5)
+  at_barrier, lines = [], []
+  path, _ = keeper.restore(
+      lines.append, lambda: checkpointing.non_finite_variable(variables),
+      wait_for_workers=lambda: at_barrier.append((tmp_path / "ckpt-20.index").exists()))
+  assert path == str(tmp_path / "ckpt-10") and at_barrier == [True]  # still there then
+  assert not (tmp_path / "ckpt-20.index").exists() and "moved it to" in lines[0], lines
+
+
+def _failing_at(batch_size: int, start: int, step: int):
+  """toy_train's dataset_fn whose batch for global step `step` (1-based) fails to read."""
+  inner = toy_train.dataset_fn(batch_size, start)
+
+  def fn(ctx):
+    def check(i, batch):
+      ok = tf.debugging.Assert(start + i + 1 < step, ["toy shard: damaged record"])
+      with tf.control_dependencies([ok]):
+        return {k: tf.identity(v) for k, v in batch.items()}
+    return inner(ctx).enumerate().map(check)
+
+  return fn
+
+
+def test_a_data_error_after_a_rejected_checkpoint_saves_and_names_the_real_latest(tmp_path):
+  strategy = training.get_strategy("one_device", num_gpus=0)
+  toy_train.run(strategy, str(tmp_path), 20, log_fn=lambda line: None)
+  data = tmp_path / "ckpt-20.data-00000-of-00001"
+  data.write_bytes(data.read_bytes()[:data.stat().st_size // 2])  # truncated
+  model, optimizer = toy_train.build(strategy, 20)
+  lines: list[str] = []
+  trainer = training.Trainer(
+      strategy, model, optimizer, training.TrainSettings(str(tmp_path), 20, 8, 5, 10),
+      step_fn=toy_train.toy_step_fn(model), log_fn=lines.append)
+  start = trainer.restore_or_initialize()
+  assert start == 10 and "moved it to" in lines[0], lines
+  with pytest.raises(training.InputDataError) as err:
+    trainer.train(_failing_at(8, start, 13))
+  assert str(err.value) == ("toy shard: damaged record (at step 12; latest checkpoint: "
+                            f"{tmp_path}/ckpt-12)")
+  assert lines[-1] == f"Saved {tmp_path}/ckpt-12" and _finite(tmp_path / "ckpt-12")
 
 
 # ----- resume from what is on disk -------------------------------------------------------------
@@ -230,3 +361,31 @@ def test_a_signal_on_one_worker_stops_every_worker_at_the_same_step(tmp_path):
   step = steps.pop()
   assert training.latest_checkpoint(str(model_dir)) == str(model_dir / f"ckpt-{step}")
   assert not list(model_dir.glob("worker_tmp_*"))  # the other worker's scratch save is gone
+
+
+@pytest.mark.slow
+def test_two_workers_skip_a_rejected_checkpoint_and_only_the_chief_moves_it(tmp_path):
+  model_dir = tmp_path / "mwms"
+
+  def run_both() -> list[str]:
+    runs = [subprocess.Popen(
+        [sys.executable, str(pathlib.Path(toy_train.__file__)), "--strategy",
+         "multi_worker_mirrored", "--model_dir", str(model_dir), "--num_train_steps", "20"],
+        env={**ENV, "TF_CONFIG": tf_config}, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+        text=True) for tf_config in pretrain_data.two_worker_tf_configs()]
+    logs = [procs.finish(p, timeout=300) for p in runs]
+    assert [p.returncode for p in runs] == [0, 0], "\n".join(log[-2000:] for log in logs)
+    return logs
+
+  run_both()
+  _poison(str(model_dir / "ckpt-20"))
+  chief, other = run_both()
+  assert (f"holds NaN or Inf values (variable toy/head/kernel:0); moved it to "
+          f"{model_dir}/ckpt-20.rejected; resuming from the previous checkpoint "
+          f"{model_dir}/ckpt-10\n") in chief, chief[-3000:]
+  # the other worker skipped it (or, listing after the move, never saw it): it moved nothing
+  assert f"Restored {model_dir}/ckpt-10 at step 10" in other and "moved it" not in other, other
+  assert f"Saved {model_dir}/ckpt-20\n" in chief and _finite(model_dir / "ckpt-20")
+  assert _state_file_names(model_dir) == ("ckpt-20", ["ckpt-10", "ckpt-20"])
+  assert sorted(p.name for p in model_dir.glob("ckpt-20.rejected*")) == ["ckpt-20.rejected"]
+  assert not list(model_dir.glob("worker_tmp_*"))

@@ -19,7 +19,7 @@ import tf_keras
 from helpers import pretrain_data, procs, toy_train
 
 from electra_tf import training
-from electra_tf.training import checkpointing
+from electra_tf.training import checkpoint_files
 
 TOY = pathlib.Path(__file__).parent / "helpers" / "toy_train.py"
 ENV = {**os.environ, "TF_CPP_MIN_LOG_LEVEL": "3", "CUDA_VISIBLE_DEVICES": "-1",
@@ -51,7 +51,7 @@ def _quiet(_):
 
 
 def _state_step(model_dir) -> int:
-  return checkpointing.step_of(training.latest_checkpoint(str(model_dir)))
+  return checkpoint_files.step_of(training.latest_checkpoint(str(model_dir)))
 
 
 @pytest.mark.slow

@@ -30,7 +30,7 @@ def dev_rows(task: Any, max_rows: int) -> tuple[list[dict[str, Any]], list[Any]]
   try:
     examples = task.get_examples("dev")[:max_rows]
   except (OSError, ValueError) as e:
-    return console.first_line(e)
+    return console.error_line(e, name_type=False)
   rows, gold = [], []
   name = task.name
   for example in examples:

@@ -40,7 +40,7 @@ from absl import flags
 
 from electra_tf import atomic_io, probing
 from electra_tf.config import PretrainingConfig, get_bert_config
-from electra_tf.console import first_line, log
+from electra_tf.console import error_line, log
 from electra_tf.finetuning import registry
 from electra_tf.probing import probe
 from electra_tf.training import runtime
@@ -127,7 +127,7 @@ def read_rows(config: PretrainingConfig, settings: ProbeSettings) -> probe.Probe
     rows = probe.task_rows(settings.task, settings.data_dir, tokenizer, settings.max_seq_length,
                            settings.rows, settings.dev_rows or None)
   except (OSError, ValueError) as e:
-    raise ValueError(f"{where}: {first_line(e)}") from None
+    raise ValueError(f"{where}: {error_line(e, name_type=False)}") from None
   if len(rows.train) < MIN_TRAIN_ROWS or len(rows.dev) < MIN_DEV_ROWS:
     raise ValueError(f"{where}: {len(rows.train)} train and {len(rows.dev)} dev rows in "
                      f"{settings.data_dir}/finetuning_data/{settings.task}; the probe needs at "
@@ -218,7 +218,7 @@ def prepare(config: PretrainingConfig, settings: ProbeSettings, is_chief: bool =
     try:
       _write_state(state_file, state)
     except OSError as e:
-      log_fn(f"Warning: cannot cache the probe's reference in {state_file}: {first_line(e)}")
+      log_fn(f"Warning: cannot cache the probe's reference in {state_file}: {error_line(e, name_type=False)}")
   return RunProbe(settings, rows, reference, state_file, config.num_train_steps, key, log_fn,
                   state)
 
@@ -311,8 +311,8 @@ class RunProbe:
   def _failed(self, step: int, error: BaseException) -> None:
     if not self.failures:
       self.log_fn(f"Warning: probe {self.settings.task} failed at step {step}: "
-                  f"{first_line(error)}; training goes on")
-    self.failures.append(f"step {step}: {first_line(error)}")
+                  f"{error_line(error, name_type=False)}; training goes on")
+    self.failures.append(f"step {step}: {error_line(error, name_type=False)}")
 
   def summary_lines(self) -> list[str]:
     """What the run's summary says about the probe, in words."""

@@ -1,14 +1,10 @@
 """Strategy-agnostic training: setup (runtime), checkpoints, the loop, progress reporting."""
 
-from electra_tf.training.checkpointing import (
-    CheckpointSaveError,
-    ModelDirError,
-    check_model_dir,
-    latest_checkpoint,
-)
+from electra_tf.training.checkpoint_files import latest_checkpoint
+from electra_tf.training.checkpointing import CheckpointSaveError, ModelDirError, check_model_dir
 from electra_tf.training.errors import InputDataError, NonFiniteLossError
 from electra_tf.training.interrupt import Interrupted
-from electra_tf.training.loop import Trainer, TrainSettings, model_step_fn
+from electra_tf.training.loop import Trainer, model_step_fn
 from electra_tf.training.monitoring import secs_to_str, write_results
 from electra_tf.training.runtime import (
     get_strategy,
@@ -17,6 +13,7 @@ from electra_tf.training.runtime import (
     worker_role,
     wrap_optimizer,
 )
+from electra_tf.training.settings import TrainSettings
 
 __all__ = [
     "CheckpointSaveError", "InputDataError", "Interrupted", "ModelDirError", "NonFiniteLossError",

@@ -1,4 +1,4 @@
-"""Gradient accumulation: the pieces the Trainer uses to make one update from k micro-batches.
+"""Gradient accumulation: how one update is made from k micro-batches (replica_step.py runs it).
 
 Each replica's batch [B, ...] is reshaped to [k, B / k, ...] and micro-batch j is row j, so
 the input pipeline, its batch size and its resume position are those of one optimizer update.
@@ -18,7 +18,7 @@ give exactly the one-batch update:
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 
 import tensorflow as tf
 
@@ -85,3 +85,47 @@ def micro_batch_weight(micro_batch_losses: str, k: int) -> float:
     raise ValueError(f"micro_batch_losses must be one of {', '.join(MICRO_BATCH_LOSSES)}; "
                      f"got {micro_batch_losses!r}")
   return 1.0 / k if micro_batch_losses == "mean" else 1.0
+
+
+# run(j) -> (float32 gradients of micro-batch j, its scalar outputs); j is an int64 scalar
+MicroBatchRun = Callable[[tf.Tensor], tuple[list, dict[str, tf.Tensor]]]
+
+
+def sum_micro_batches(run: MicroBatchRun, k: int, losses_summed: bool
+                      ) -> tuple[list, dict[str, tf.Tensor]]:
+  """The update's gradients and scalar outputs from its k micro-batches, in a tf.while_loop.
+
+  Dense gradients are added in float32; each ``tf.IndexedSlices`` gradient keeps every
+  micro-batch's rows (micro-batch j's rows go to TensorArray slot j, concatenated at the end).
+  Outputs are means over the micro-batches, but ``total_loss`` is their sum when
+  ``losses_summed`` (``micro_batch_losses`` "sum", see the module docstring).
+  """
+  grads, sums = run(tf.constant(0, tf.int64))
+  dense = [i for i, g in enumerate(grads) if isinstance(g, tf.Tensor)]
+  sparse = [i for i, g in enumerate(grads) if isinstance(g, tf.IndexedSlices)]
+
+  def rows(dtype, first_rows):  # micro-batch j's IndexedSlices rows go to slot j
+    return tf.TensorArray(dtype, size=k, element_shape=first_rows.shape).write(0, first_rows)
+
+  def body(j, acc, values, indices, sums):
+    more, outputs, slot = *run(j), tf.cast(j, tf.int32)
+    return (j + 1, [a + more[i] for a, i in zip(acc, dense, strict=True)],
+            [ta.write(slot, more[i].values) for ta, i in zip(values, sparse, strict=True)],
+            [ta.write(slot, more[i].indices) for ta, i in zip(indices, sparse, strict=True)],
+            {name: sums[name] + outputs[name] for name in sums})
+
+  # parallel_iterations=1: only one micro-batch's activations are alive at a time
+  _, acc, values, indices, sums = tf.while_loop(
+      lambda j, *_: j < k, body,
+      (tf.constant(1, tf.int64), [grads[i] for i in dense],
+       [rows(tf.float32, grads[i].values) for i in sparse],
+       [rows(grads[i].indices.dtype, grads[i].indices) for i in sparse], sums),
+      parallel_iterations=1)
+  for i, a in zip(dense, acc, strict=True):
+    grads[i] = a
+  for i, v, n in zip(sparse, values, indices, strict=True):
+    grads[i] = tf.IndexedSlices(v.concat(), n.concat(), grads[i].dense_shape)
+  outputs = {name: value / k for name, value in sums.items()}
+  if losses_summed:  # the update's loss is the sum of the micro-batch losses
+    outputs["total_loss"] = sums["total_loss"]
+  return grads, outputs

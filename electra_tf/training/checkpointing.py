@@ -11,17 +11,17 @@ save at that step overwrites; start-up deletes every `ckpt-<N>_temp/` folder (ne
 The checkpoint resumed from is the newest complete one on disk (index and every data shard
 present), whatever the `checkpoint` state file says: a state file deleted or naming files
 deleted by hand is rewritten, with one line, never a restart from step 0 over older
-checkpoints. A checkpoint whose files cannot be read, or whose values hold NaN or Inf, is
-skipped on resume, with a warning, for the newest older one that is usable; the training loop
-never writes a checkpoint holding NaN or Inf. A failed save (e.g. a full disk) deletes its
-partial files and leaves the previous checkpoint as the latest.
+checkpoints (checkpoint_files.py). A checkpoint whose files cannot be read, or whose values
+hold NaN or Inf, is moved aside on resume (`checkpoint_files.reject`: kept in
+`ckpt-<N>.rejected/`, never counted again), with a warning, for the newest older one that is
+usable; the training loop never writes a checkpoint holding NaN or Inf. A failed save (e.g. a
+full disk) deletes its partial files and leaves the previous checkpoint as the latest.
 """
 
 from __future__ import annotations
 
 import glob
 import os
-import re
 import shutil
 import uuid
 from collections.abc import Callable
@@ -29,12 +29,14 @@ from collections.abc import Callable
 import tensorflow as tf
 
 from electra_tf import checkpoints
-from electra_tf.console import first_line
-from electra_tf.training import input_state
-
-_TEMP_DIR_RE = re.compile(r"^ckpt-(\d+)_temp$")
-_INDEX_RE = re.compile(r"^ckpt-(\d+)\.index$")
-_SHARD_RE = re.compile(r"\.data-\d+-of-(\d+)$")
+from electra_tf.console import error_line
+from electra_tf.training import checkpoint_files, input_state
+from electra_tf.training.checkpoint_files import (
+  complete_checkpoints,
+  remove_stale_temp_dirs,
+  repair_state_file,
+  step_of,
+)
 
 
 class ModelDirError(ValueError):
@@ -67,7 +69,8 @@ def check_model_dir(model_dir: str, bytes_per_checkpoint: int) -> None:
   try:
     tf.io.gfile.makedirs(model_dir)
   except (tf.errors.OpError, OSError) as e:
-    raise ModelDirError(f"model_dir {model_dir} cannot be created: {first_line(e)}") from None
+    raise ModelDirError(f"model_dir {model_dir} cannot be created: "
+                        f"{error_line(e, name_type=False)}") from None
   if not tf.io.gfile.isdir(model_dir):
     raise ModelDirError(f"model_dir {model_dir} exists and is not a directory")
   probe = os.path.join(model_dir, f".write_probe_{uuid.uuid4().hex}")
@@ -76,7 +79,8 @@ def check_model_dir(model_dir: str, bytes_per_checkpoint: int) -> None:
       f.write("ok")
     tf.io.gfile.remove(probe)
   except (tf.errors.OpError, OSError) as e:
-    raise ModelDirError(f"model_dir {model_dir} is not writable: {first_line(e)}") from None
+    raise ModelDirError(f"model_dir {model_dir} is not writable: "
+                        f"{error_line(e, name_type=False)}") from None
   if "://" in model_dir:
     return
   free = shutil.disk_usage(model_dir).free
@@ -87,53 +91,6 @@ def check_model_dir(model_dir: str, bytes_per_checkpoint: int) -> None:
         f"need {need / 2**20:.1f} MiB (2 checkpoints of model + optimizer variables)")
 
 
-def complete_checkpoints(model_dir: str) -> list[str]:
-  """Prefixes of this loop's complete `ckpt-<N>` in model_dir (index and every data shard),
-  newest first."""
-  try:
-    names = tf.io.gfile.listdir(model_dir)
-  except (tf.errors.NotFoundError, tf.errors.FailedPreconditionError, OSError):
-    return []
-  names = set(names)
-  found = []
-  for name in names:
-    m = _INDEX_RE.match(name)
-    if not m:
-      continue
-    stem = name[:-len(".index")]
-    shards = [n for n in names if n.startswith(stem + ".data-")]
-    counts = {int(c.group(1)) for c in map(_SHARD_RE.search, shards) if c}
-    if len(counts) == 1 and len(shards) == counts.pop():
-      found.append((int(m.group(1)), os.path.join(model_dir, stem)))
-  return [p for _, p in sorted(found, reverse=True)]
-
-
-def latest_checkpoint(model_dir: str) -> str | None:
-  """Prefix of the newest complete `ckpt-<N>` in model_dir (see module docstring), or None."""
-  found = complete_checkpoints(model_dir)
-  return found[0] if found else None
-
-
-def repair_state_file(model_dir: str) -> str | None:
-  """Points model_dir's `checkpoint` state file at the newest complete checkpoint on disk when
-  it names another one or is missing; returns the line saying so, or None."""
-  found = complete_checkpoints(model_dir)
-  if not found:
-    return None
-  try:
-    state = tf.train.get_checkpoint_state(model_dir)
-  except (tf.errors.OpError, ValueError):  # an unparsable state file is rewritten too
-    state = None
-  named = state.model_checkpoint_path if state else None
-  if named and os.path.basename(named) == os.path.basename(found[0]):
-    return None
-  tf.compat.v1.train.update_checkpoint_state(model_dir, found[0], list(reversed(found)))
-  said = (f"names {os.path.basename(named)}, which is not complete" if named
-          else "is missing")
-  return (f"The checkpoint state file {os.path.join(model_dir, 'checkpoint')} {said}; "
-          f"resuming from {found[0]}, the newest complete checkpoint")
-
-
 def non_finite_variable(variables: list[tf.Variable]) -> str | None:
   """Name of the first floating-point variable holding NaN or Inf, or None."""
   for v in variables:
@@ -142,55 +99,22 @@ def non_finite_variable(variables: list[tf.Variable]) -> str | None:
   return None
 
 
-def step_of(checkpoint_path: str) -> int:
-  """Global step of a checkpoint from this loop (`<model_dir>/ckpt-<step>`)."""
-  return int(checkpoint_path.rsplit("-", 1)[-1])
-
-
-def remove_stale_temp_dirs(model_dir: str) -> list[str]:
-  """Deletes `ckpt-<N>_temp/` folders left by a save that was killed; returns their paths.
-
-  Called at start-up, before any save of this run: such a folder is never resumable.
-  Local model_dir only (the folders are found by listing it).
-  """
-  if "://" in model_dir or not os.path.isdir(model_dir):
-    return []
-  removed = []
-  for name in sorted(os.listdir(model_dir)):
-    path = os.path.join(model_dir, name)
-    if _TEMP_DIR_RE.match(name) and os.path.isdir(path):
-      shutil.rmtree(path, ignore_errors=True)
-      removed.append(path)
-  return removed
-
-
-def move_aside(model_dir: str) -> str | None:
-  """Renames a model_dir holding checkpoints to `<model_dir>.before-restart-<n>` (the first
-  free n) so a run can start from step 0 without destroying it; returns the new name."""
-  if not complete_checkpoints(model_dir) and not tf.io.gfile.exists(
-      os.path.join(model_dir, "checkpoint")):
-    return None
-  base, n = model_dir.rstrip("/"), 1
-  while tf.io.gfile.exists(f"{base}.before-restart-{n}"):
-    n += 1
-  tf.io.gfile.rename(base, f"{base}.before-restart-{n}")
-  return f"{base}.before-restart-{n}"
-
-
 class NonFiniteCheckpointError(ValueError):
   """Every checkpoint in model_dir holds NaN or Inf values."""
 
 
 def restore_readable(checkpoint: tf.train.Checkpoint, model_dir: str,
-                     warn: Callable[[str], None],
-                     non_finite: Callable[[], str | None] = lambda: None):
+                     non_finite: Callable[[], str | None] = lambda: None,
+                     rejected: list[tuple[str, str, str]] | None = None):
   """Restores the newest checkpoint of model_dir whose files read and whose values are finite.
 
   Returns (prefix, load status), or (None, None) without a checkpoint. A corrupt one
   (truncated data file, damaged index), or one after whose restore `non_finite()` names a
-  variable holding NaN or Inf, is skipped with a warning for the next older one;
-  CorruptCheckpointError / NonFiniteCheckpointError if none is usable.
+  variable holding NaN or Inf, is skipped for the next older one and appended to `rejected`
+  as (prefix, what is wrong, the next older prefix); CorruptCheckpointError /
+  NonFiniteCheckpointError if none is usable (the oldest is not appended). Reads only.
   """
+  rejected = [] if rejected is None else rejected
   candidates = complete_checkpoints(model_dir)
   for i, path in enumerate(candidates):
     last = i + 1 == len(candidates)
@@ -200,17 +124,17 @@ def restore_readable(checkpoint: tf.train.Checkpoint, model_dir: str,
     except checkpoints.CorruptCheckpointError as e:
       if last:
         raise
-      warn(f"Warning: {e}; resuming from the previous checkpoint {candidates[i + 1]}")
-      continue
-    bad = non_finite()
-    if bad is None:
-      return path, status
-    problem = f"checkpoint {path} holds NaN or Inf values ({bad})"
-    if last:
-      raise NonFiniteCheckpointError(
-          f"{problem}, and no older checkpoint is usable; rerun with --restart to start "
-          "afresh (the old files are moved aside)")
-    warn(f"Warning: {problem}; resuming from the previous checkpoint {candidates[i + 1]}")
+      problem = str(e)
+    else:
+      bad = non_finite()
+      if bad is None:
+        return path, status
+      problem = f"checkpoint {path} holds NaN or Inf values ({bad})"
+      if last:
+        raise NonFiniteCheckpointError(
+            f"{problem}, and no older checkpoint is usable; rerun with --restart to start "
+            "afresh (the old files are moved aside)")
+    rejected.append((path, problem, candidates[i + 1]))
   return None, None
 
 
@@ -219,8 +143,9 @@ def _remove_partial_save(save_dir: str, step: int) -> None:
   prefix = os.path.join(save_dir, f"ckpt-{step}")
   if prefix in complete_checkpoints(save_dir):  # never touch a complete checkpoint
     return
-  for path in tf.io.gfile.glob(glob.escape(prefix) + "_temp") + \
-      tf.io.gfile.glob(glob.escape(prefix) + ".*"):
+  for path in (tf.io.gfile.glob(glob.escape(prefix) + "_temp")
+               + tf.io.gfile.glob(glob.escape(prefix) + ".index")
+               + tf.io.gfile.glob(glob.escape(prefix) + ".data-*")):  # not <prefix>.rejected/
     try:
       if tf.io.gfile.isdir(path):
         tf.io.gfile.rmtree(path)
@@ -235,7 +160,8 @@ class CheckpointKeeper:
 
   Under MultiWorkerMirroredStrategy every worker must take part in a save; the chief writes
   model_dir and the others write a scratch folder that is deleted right after (the
-  tf.distribute multi-worker checkpointing recipe). All workers restore from model_dir.
+  tf.distribute multi-worker checkpointing recipe). All workers restore from model_dir; a
+  checkpoint the restore rejects is moved aside by the chief (see `reject`) and skipped by all.
   """
 
   def __init__(self, checkpoint: tf.train.Checkpoint, model_dir: str, max_to_keep: int,
@@ -245,8 +171,14 @@ class CheckpointKeeper:
     self.is_chief = is_chief
     self.save_dir = model_dir if is_chief else os.path.join(model_dir, f"worker_tmp_{task_id}")
     self._max_to_keep = (max_to_keep or None) if is_chief else 1
-    self._manager = tf.train.CheckpointManager(checkpoint, self.save_dir, self._max_to_keep)
+    self._manager = self._new_manager()
     self.input: input_state.InputState | None = None  # saved beside each checkpoint if set
+    self._ours: set[int] = set()  # steps whose checkpoint this run restored or saved
+    self._rejected: set[str] = set()  # prefixes the restore rejected (moved aside by the chief)
+
+  def _new_manager(self) -> tf.train.CheckpointManager:
+    """A manager counting the checkpoints the state file lists now (it reads it once)."""
+    return tf.train.CheckpointManager(self.checkpoint, self.save_dir, self._max_to_keep)
 
   def check(self, bytes_per_checkpoint: int) -> list[str]:
     """Fail-fast check of the folder this worker saves to (see check_model_dir), after the
@@ -262,20 +194,54 @@ class CheckpointKeeper:
       repaired = repair_state_file(self.model_dir)
       if repaired:
         notes.append(repaired)
-        # the manager read the old state file: it must keep counting from the files on disk
-        self._manager = tf.train.CheckpointManager(
-            self.checkpoint, self.save_dir, max_to_keep=self._max_to_keep)
+        self._manager = self._new_manager()  # it read the old state file
     else:
       tf.io.gfile.rmtree(self.save_dir)  # recreated by each save, deleted after it
     return notes
 
   def latest(self) -> str | None:
-    return latest_checkpoint(self.model_dir)
+    """The newest complete checkpoint in model_dir, never one the restore rejected."""
+    return next((p for p in complete_checkpoints(self.model_dir) if p not in self._rejected),
+                None)
+
+  def made_or_restored(self, step: int) -> bool:
+    """Whether the checkpoint of `step` is one this run restored or saved (a complete-looking
+    `ckpt-<step>` it did not make may be damaged: a save at that step replaces it)."""
+    return step in self._ours
 
   def restore(self, warn: Callable[[str], None],
-              non_finite: Callable[[], str | None] = lambda: None):
-    """(prefix, status) of the newest usable checkpoint, or (None, None); see restore_readable."""
-    return restore_readable(self.checkpoint, self.model_dir, warn, non_finite)
+              non_finite: Callable[[], str | None] = lambda: None,
+              wait_for_workers: Callable[[], None] = lambda: None):
+    """(prefix, status) of the newest usable checkpoint, or (None, None); see restore_readable.
+
+    Each checkpoint it rejects gets one warning line and is never counted again; the chief
+    moves it aside (`checkpoint_files.reject`), other workers only skip it. The move waits
+    for `wait_for_workers()` (a barrier under several workers): no worker still reads it.
+    """
+    rejected: list[tuple[str, str, str]] = []
+    try:
+      path, status = restore_readable(self.checkpoint, self.model_dir, non_finite, rejected)
+    finally:
+      wait_for_workers()
+      for prefix, problem, previous in rejected:
+        done = self._set_aside(prefix)
+        warn(f"Warning: {problem}; {done + '; ' if done else ''}resuming from the previous "
+             f"checkpoint {previous}")
+    if path is not None:
+      self._ours.add(step_of(path))
+    return path, status
+
+  def _set_aside(self, path: str) -> str | None:
+    """Moves a rejected checkpoint aside on the chief; what was done, for the warning."""
+    self._rejected.add(path)
+    if not self.is_chief:
+      return None
+    try:
+      folder = checkpoint_files.reject(path)
+    except (tf.errors.OpError, OSError) as e:
+      return f"could not move it aside ({error_line(e, name_type=False)})"
+    self._manager = self._new_manager()  # its list named the moved checkpoint
+    return f"moved it to {folder}"
 
   def save(self, step: int) -> str:
     """Writes the checkpoint for `step`; returns its prefix (the scratch one on non-chiefs)."""
@@ -286,7 +252,9 @@ class CheckpointKeeper:
       raise CheckpointSaveError(
           f"saving the checkpoint for step {step} in {self.save_dir} failed "
           f"({checkpoints.tf_error_summary(e)}); the latest complete checkpoint is still "
-          f"{latest_checkpoint(self.model_dir)}") from None
+          f"{self.latest()}") from None
+    self._ours.add(step)
+    self._rejected.discard(os.path.join(self.model_dir, f"ckpt-{step}"))  # replaced by this save
     if not self.is_chief:
       tf.io.gfile.rmtree(self.save_dir)
     elif self.input is not None and self.input.saved:

@@ -4,8 +4,9 @@ continues its data stream without re-reading the consumed examples.
 `<model_dir>/input_state/ckpt-<N>/` holds a `tf.train.Checkpoint(input=iterator)` of the stream
 after step N (every file reader's position, the interleave, the shuffle buffer's records, the
 RNG state, the prefetched batches) and `signature.json`, what that stream depends on (files
-and sizes, batch, seed, ...). It is written after `ckpt-<N>` into a temporary folder renamed
-into place, so it exists whole or not at all, and it is removed when `ckpt-<N>` is pruned.
+and sizes, batch, seed, ...). It is written after `ckpt-<N>` by atomic_io.staged_dir, so it
+exists whole or not at all, and it is removed when `ckpt-<N>` is pruned (or moved aside with
+it when a resume rejects `ckpt-<N>`, see checkpoint_files.reject).
 
 A resume at step N restores it when it exists and its signature equals the run's; otherwise
 the pipeline drops the consumed records (`skip_steps`), which gives the same batches at a cost
@@ -23,18 +24,18 @@ import json
 import os
 import re
 import shutil
-import uuid
 from collections.abc import Callable
 from typing import Any
 
 import tensorflow as tf
 
-from electra_tf.console import first_line
+from electra_tf import atomic_io
+from electra_tf.console import error_line
 
 DatasetFn = Callable[[tf.distribute.InputContext], tf.data.Dataset]  # the training stream's builder
 FOLDER = "input_state"  # in model_dir; not named ckpt-*, which tools take for checkpoint files
 _SIGNATURE = "signature.json"
-_STATE_DIR_RE = re.compile(r"^ckpt-(\d+)(\.tmp-[0-9a-f]+)?$")
+_STATE_DIR_RE = re.compile(r"^(\.)?ckpt-(\d+)(\.tmp-[0-9a-f-]+)?$")
 
 
 def state_dir(model_dir: str, step: int) -> str:
@@ -85,44 +86,40 @@ class InputState:
             os.path.join(self.restore_from, "state")).assert_consumed()
       except (tf.errors.OpError, AssertionError, ValueError) as e:
         self.log_fn(f"Resume: the input state in {self.restore_from} does not restore "
-                    f"({first_line(e)}); skipping the consumed examples by reading them "
-                    "instead")
+                    f"({error_line(e, name_type=False)}); skipping the consumed examples by "
+                    "reading them instead")
         self.skip_steps, self.restore_from = self.fallback_skip_steps, None
         self.iterator = iter(make_dataset(self.skip_steps))
     return self.iterator
 
   def save(self, model_dir: str, step: int) -> None:
-    """Writes `input_state/ckpt-<step>/` whole (temporary folder, then a rename). A failure
-    (e.g. a full disk) is one warning: the checkpoint stands, its resume uses the record skip."""
+    """Writes `input_state/ckpt-<step>/` whole (atomic_io.staged_dir). A failure (e.g. a full
+    disk) is one warning: the checkpoint stands, its resume uses the record skip."""
     if self.iterator is None or not self.saved or "://" in model_dir:
       return
     final = state_dir(model_dir, step)
-    tmp = f"{final}.tmp-{uuid.uuid4().hex[:8]}"
     try:
-      os.makedirs(tmp)
-      tf.train.Checkpoint(input=self.iterator).write(os.path.join(tmp, "state"))
-      with open(os.path.join(tmp, _SIGNATURE), "w", encoding="utf-8") as f:
-        json.dump({**self.signature, "built_skip_steps": self.skip_steps}, f, sort_keys=True)
-      if os.path.isdir(final):
-        shutil.rmtree(final)
-      os.rename(tmp, final)
+      with atomic_io.staged_dir(final) as stage:
+        tf.train.Checkpoint(input=self.iterator).write(os.path.join(stage, "state"))
+        with open(os.path.join(stage, _SIGNATURE), "w", encoding="utf-8") as f:
+          json.dump({**self.signature, "built_skip_steps": self.skip_steps}, f, sort_keys=True)
     except (OSError, tf.errors.OpError) as e:
       self.log_fn(f"Warning: saving the input state of step {step} in {final} failed "
-                  f"({first_line(e)}); a resume from it will skip the consumed examples "
-                  "by reading them")
-    finally:
-      shutil.rmtree(tmp, ignore_errors=True)
+                  f"({error_line(e, name_type=False)}); a resume from it will skip the "
+                  "consumed examples by reading them")
 
 
 def prune(model_dir: str, keep_steps: set[int]) -> None:
-  """Removes the states (and temporary folders) in `model_dir/input_state/` whose step is not
-  in keep_steps."""
+  """Removes the states in `model_dir/input_state/` whose step is not in keep_steps, and the
+  temporary folders of killed saves (atomic_io's hidden siblings; `.tmp-` ones of old)."""
   folder = os.path.join(model_dir, FOLDER)
   if "://" in model_dir or not os.path.isdir(folder):
     return
   for name in os.listdir(folder):
     m = _STATE_DIR_RE.match(name)
-    if m and (m.group(2) or int(m.group(1)) not in keep_steps):
+    if m and m.group(1):  # a hidden leftover: removed unless its writer still runs
+      atomic_io.remove_leftovers(state_dir(model_dir, int(m.group(2))))
+    elif m and (m.group(3) or int(m.group(2)) not in keep_steps):
       shutil.rmtree(os.path.join(folder, name), ignore_errors=True)
 
 

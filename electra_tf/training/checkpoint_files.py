@@ -1,0 +1,137 @@
+"""Which checkpoint files a model_dir holds: complete `ckpt-<N>` (index and every data shard),
+the `checkpoint` state file, checkpoints rejected on resume, leftovers of killed saves.
+
+What counts is what is on disk, not what the state file says: the state file is rewritten
+from the files (`write_state_file`) when it is missing or stale, and when a checkpoint is
+moved aside (`reject`).
+"""
+
+from __future__ import annotations
+
+import glob
+import os
+import re
+import shutil
+
+import tensorflow as tf
+
+from electra_tf.training import input_state
+
+_TEMP_DIR_RE = re.compile(r"^ckpt-(\d+)_temp$")
+_INDEX_RE = re.compile(r"^ckpt-(\d+)\.index$")
+_SHARD_RE = re.compile(r"\.data-\d+-of-(\d+)$")
+
+
+def complete_checkpoints(model_dir: str) -> list[str]:
+  """Prefixes of this loop's complete `ckpt-<N>` in model_dir (index and every data shard),
+  newest first."""
+  try:
+    names = tf.io.gfile.listdir(model_dir)
+  except (tf.errors.NotFoundError, tf.errors.FailedPreconditionError, OSError):
+    return []
+  names = set(names)
+  found = []
+  for name in names:
+    m = _INDEX_RE.match(name)
+    if not m:
+      continue
+    stem = name[:-len(".index")]
+    shards = [n for n in names if n.startswith(stem + ".data-")]
+    counts = {int(c.group(1)) for c in map(_SHARD_RE.search, shards) if c}
+    if len(counts) == 1 and len(shards) == counts.pop():
+      found.append((int(m.group(1)), os.path.join(model_dir, stem)))
+  return [p for _, p in sorted(found, reverse=True)]
+
+
+def latest_checkpoint(model_dir: str) -> str | None:
+  """Prefix of the newest complete `ckpt-<N>` in model_dir (see module docstring), or None."""
+  found = complete_checkpoints(model_dir)
+  return found[0] if found else None
+
+
+def write_state_file(model_dir: str) -> None:
+  """Rewrites model_dir's `checkpoint` state file to list the complete checkpoints on disk,
+  the newest as the latest (removes it when there is none). Each keeps the save time the old
+  file gives it (else its index file's), so tf.train.CheckpointManager still counts every one
+  against max_to_keep (one without a time would be kept forever, unlisted)."""
+  found = list(reversed(complete_checkpoints(model_dir)))  # oldest first
+  path = os.path.join(model_dir, "checkpoint")
+  if not found:
+    if tf.io.gfile.exists(path):
+      tf.io.gfile.remove(path)
+    return
+  try:
+    state = tf.train.get_checkpoint_state(model_dir)
+  except (tf.errors.OpError, ValueError):  # an unparsable state file is rewritten
+    state = None
+  times = {}
+  if state is not None:
+    times = {os.path.basename(p): t for p, t in zip(  # timestamps may be missing: not strict
+        state.all_model_checkpoint_paths, state.all_model_checkpoint_timestamps, strict=False)}
+  stamps = [times.get(os.path.basename(p)) or tf.io.gfile.stat(p + ".index").mtime_nsec / 1e9
+            for p in found]
+  tf.compat.v1.train.update_checkpoint_state(
+      model_dir, found[-1], found, all_model_checkpoint_timestamps=stamps,
+      last_preserved_timestamp=min(stamps) - 1)
+
+
+def repair_state_file(model_dir: str) -> str | None:
+  """Points model_dir's `checkpoint` state file at the newest complete checkpoint on disk when
+  it names another one or is missing; returns the line saying so, or None."""
+  found = complete_checkpoints(model_dir)
+  if not found:
+    return None
+  try:
+    state = tf.train.get_checkpoint_state(model_dir)
+  except (tf.errors.OpError, ValueError):  # an unparsable state file is rewritten too
+    state = None
+  named = state.model_checkpoint_path if state else None
+  if named and os.path.basename(named) == os.path.basename(found[0]):
+    return None
+  write_state_file(model_dir)
+  said = (f"names {os.path.basename(named)}, which is not complete" if named
+          else "is missing")
+  return (f"The checkpoint state file {os.path.join(model_dir, 'checkpoint')} {said}; "
+          f"resuming from {found[0]}, the newest complete checkpoint")
+
+
+def reject(prefix: str) -> str:
+  """Moves checkpoint `prefix` (index, data files, saved input state) into the folder
+  `<prefix>.rejected/` (`.rejected-2/`, ... when taken), kept for inspection, and rewrites the
+  state file without it; returns the folder. The index moves first: from then on the
+  checkpoint is not complete, so no listing, resume or state file counts it again."""
+  folder, n = f"{prefix}.rejected", 1
+  while tf.io.gfile.exists(folder):
+    n += 1
+    folder = f"{prefix}.rejected-{n}"
+  tf.io.gfile.makedirs(folder)
+  for path in [prefix + ".index", *sorted(tf.io.gfile.glob(glob.escape(prefix) + ".data-*"))]:
+    tf.io.gfile.rename(path, os.path.join(folder, os.path.basename(path)))
+  model_dir = os.path.dirname(prefix)
+  state = input_state.state_dir(model_dir, step_of(prefix))
+  if "://" not in state and os.path.isdir(state):
+    os.rename(state, os.path.join(folder, input_state.FOLDER))
+  write_state_file(model_dir)
+  return folder
+
+
+def step_of(checkpoint_path: str) -> int:
+  """Global step of a checkpoint from this loop (`<model_dir>/ckpt-<step>`)."""
+  return int(checkpoint_path.rsplit("-", 1)[-1])
+
+
+def remove_stale_temp_dirs(model_dir: str) -> list[str]:
+  """Deletes `ckpt-<N>_temp/` folders left by a save that was killed; returns their paths.
+
+  Called at start-up, before any save of this run: such a folder is never resumable.
+  Local model_dir only (the folders are found by listing it).
+  """
+  if "://" in model_dir or not os.path.isdir(model_dir):
+    return []
+  removed = []
+  for name in sorted(os.listdir(model_dir)):
+    path = os.path.join(model_dir, name)
+    if _TEMP_DIR_RE.match(name) and os.path.isdir(path):
+      shutil.rmtree(path, ignore_errors=True)
+      removed.append(path)
+  return removed
