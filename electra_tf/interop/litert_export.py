@@ -220,8 +220,9 @@ def representative_inputs(tasks: Mapping[str, Any], max_examples: int = 100
       try:
         examples = task.get_examples("train")
       except (OSError, ValueError) as e:
-        raise ValueError(f"int8_full calibrates on train rows: {console.error_line(e, name_type=False)} "
-                         "(--data_dir gives them)") from None
+        raise ValueError("int8_full calibrates on train rows: "
+                         f"{console.error_line(e, name_type=False)} (--data_dir gives them)"
+                         ) from None
       for example in examples:
         for features in task.featurize(example):
           inputs = {k: np.asarray([features[k]], np.int32) for k in INPUT_NAMES}

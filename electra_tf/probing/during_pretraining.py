@@ -218,7 +218,8 @@ def prepare(config: PretrainingConfig, settings: ProbeSettings, is_chief: bool =
     try:
       _write_state(state_file, state)
     except OSError as e:
-      log_fn(f"Warning: cannot cache the probe's reference in {state_file}: {error_line(e, name_type=False)}")
+      log_fn(f"Warning: cannot cache the probe's reference in {state_file}: "
+             f"{error_line(e, name_type=False)}")
   return RunProbe(settings, rows, reference, state_file, config.num_train_steps, key, log_fn,
                   state)
 
