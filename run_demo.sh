@@ -89,11 +89,12 @@ FINETUNED="$DEMO_DIR/models/demo/finetuning_models/topic_model_$MEDIAN_SEED"
 EXPORT_DIR="$DEMO_DIR/topic_export"
 echo "== 8/9 LiteRT int8 export of seed $MEDIAN_SEED's model -> $EXPORT_DIR/litert"
 export_start=$(date +%s)
-"$PYTHON" -m electra_tf.convert --checkpoint "$FINETUNED" --output_dir "$EXPORT_DIR" --litert int8 --overwrite
+"$PYTHON" -m electra_tf.convert --checkpoint "$FINETUNED" --output_dir "$EXPORT_DIR" \
+  --litert int8 --overwrite
 export_seconds=$(($(date +%s) - export_start))
 echo "== 9/9 the int8 model on new sentences, one written for each package -> $DEMO_DIR/new_sentences_predictions.csv"
 cat > "$DEMO_DIR/new_sentences.csv" <<'CSV'
-sentence,label
+sentence,written_for
 "Wait for the coroutine to finish on the running event loop, and cancel it if the timeout expires first.",asyncio
 Run the interactive examples in this docstring and report every example whose output differs from the expected text.,doctest
 Parse the message headers and return the decoded subject line together with its character set.,email
@@ -158,7 +159,7 @@ lines = [
     "(predicted label, probability):"]
 for row, predicted in zip(sentences, predictions, strict=True):
   lines.append(f"     {predicted['prediction']:<{width}} {float(predicted['probability']):.2f}  "
-               f"[{row['label']}] {row['sentence']}")
+               f"[{row['written_for']}] {row['sentence']}")
 console.summary("Demo summary", lines + [
     "  A few CPU minutes of pre-training teach the discriminator to spot replaced tokens, not "
     "yet to\n  give features that help a task: fine-tuned from random initialisation, 'topic' "

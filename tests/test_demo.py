@@ -104,7 +104,7 @@ def test_tiny_demo_runs_end_to_end_quietly(tmp_path):
     assert out["prediction"] == labels[best], (out, probabilities)
     assert abs(float(out["probability"]) - probabilities[best]) < 1e-6, (out, probabilities)
     assert line.split()[:2] == [labels[best], f"{float(out['probability']):.2f}"], line
-    assert line.endswith(f"[{row['label']}] {row['sentence']}"), line
+    assert line.endswith(f"[{row['written_for']}] {row['sentence']}"), line
   # The probe of 'topic' during pre-training: every STEPS/8 = 1 step, i.e. at each log line
   # (LOG_EVERY 2); its last one summarised.
   probe = json.loads((demo_dir / "models/demo/probe/topic.json").read_text())

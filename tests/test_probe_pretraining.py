@@ -80,11 +80,11 @@ def test_a_probed_run_killed_and_rerun_logs_draws_and_trains_as_unprobed(data_ro
   assert rerun.returncode == 0, out
   lines = out.splitlines()
   assert "(cached in" in next(line for line in lines if "random init (3 seeds)" in line)
-  probe_lines = [line for line in lines if line.startswith("  probe planted at step")]
-  assert probe_lines and probe_lines[-1].startswith("  probe planted at step 6 (dev accuracy)")
-  assert "[CLS]" in probe_lines[-1] and " ± " in probe_lines[-1]
-  assert lines[lines.index(probe_lines[-1]) - 1].startswith("6/6 = 100.0%")  # its interval's
-  assert not any(" at step 2 " in line for line in probe_lines)  # resumed after step 2
+  # in its interval's log line
+  probe_lines = [line for line in lines if " - probe planted (dev accuracy): [CLS] " in line]
+  assert probe_lines and probe_lines[-1].startswith("6/6 = 100.0%")
+  assert " ± " in probe_lines[-1]
+  assert not any(line.startswith("2/6 = ") for line in probe_lines)  # resumed after step 2
 
   curves = learning_curves.read_scalars(str(model_dir))
   for tag in PROBE_TAGS:

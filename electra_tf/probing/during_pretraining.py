@@ -4,8 +4,7 @@ reference, and the interval hook that probes the discriminator.
     probe = from_flags(FLAGS, config, strategy, data_dir)  # None without --probe_task
     ... build the run, restore the latest checkpoint (start step) ...
     probe.attach(trainer, model.discriminator, start)     # a Trainer interval hook
-    trainer.train(...)                                    # probes every --probe_every steps
-    lines = probe.summary_lines()
+    trainer.train(...); lines = probe.summary_lines()     # probes every --probe_every steps
 
 Before step 1 (every worker): the task is read and featurized with the run's vocabulary; a
 task that does not exist, has too few rows, or whose text the vocabulary cannot spell
@@ -18,9 +17,9 @@ model, whose seeding then happens as without a probe: a run trains the same with
 At every probe interval and at the end the chief probes the discriminator (frozen, inference
 mode) and writes ``probe/<task>/cls``, ``probe/<task>/mean`` and the reference
 (``random_init``: the better pooling's mean over the seeds, ``random_init_spread``: their
-standard deviation) to TensorBoard, prints one line, and keeps the history in the same JSON
-file, so a resumed run continues it. The first time a pooling beats the reference by more than
-its spread, one line says so; the summary says in words whether it ever did. A probe that fails
+standard deviation) to TensorBoard and the interval's log line, and keeps the history in the
+same JSON file, so a resumed run continues it. The first time a pooling beats the reference by
+more than its spread, one line says so; the summary says whether it ever did. A probe failing
 mid-run (a full disk, an unreadable folder...) is one warning; training goes on.
 """
 
@@ -276,26 +275,26 @@ class RunProbe:
     self._next = (start_step // self.settings.every + 1) * self.settings.every
     trainer.interval_hooks = (*trainer.interval_hooks, self)
 
-  def __call__(self, step: int, logged: Mapping[str, float]) -> None:
+  def __call__(self, step: int, logged: Mapping[str, float]) -> str | None:
+    """Probes when due; the text for the interval's log line (None when not probed)."""
     if step < min(self._next, self.num_train_steps):
-      return
+      return None
     self._next = (step // self.settings.every + 1) * self.settings.every
     start = time.perf_counter()
     try:
       scores = probe.score(self._features, self.rows)
     except Exception as e:  # noqa: BLE001 -- the probe must never stop the run
       self._failed(step, e)
-      return
-    self._record(step, scores, time.perf_counter() - start)
+      return None
+    return self._record(step, scores, time.perf_counter() - start)
 
-  def _record(self, step: int, scores: Mapping[str, float], seconds: float) -> None:
+  def _record(self, step: int, scores: Mapping[str, float], seconds: float) -> str:
     task, ref = self.settings.task, self.reference
     for name, value in (("cls", scores["cls"]), ("mean", scores["mean"]),
                         ("random_init", ref.value), ("random_init_spread", ref.spread)):
       tf.summary.scalar(probing.tag(task, name), value, step=step)
-    self.log_fn(f"  probe {task} at step {step} (dev {self.rows.metric_name}): [CLS] "
-                f"{scores['cls']:.3f}, mean {scores['mean']:.3f}; random init {ref} "
-                f"({seconds:.1f} s)")
+    text = (f"probe {task} (dev {self.rows.metric_name}): [CLS] {scores['cls']:.3f}, mean "
+            f"{scores['mean']:.3f}, random init {ref} ({seconds:.1f} s)")
     self.state["history"] = [h for h in self.history if h[0] != step] + [
         [step, scores["cls"], scores["mean"]]]
     pooling = max(probe.POOLINGS, key=lambda p: scores[p])
@@ -308,6 +307,7 @@ class RunProbe:
       _write_state(self.state_file, self.state)
     except OSError as e:
       self._failed(step, e)
+    return text
 
   def _failed(self, step: int, error: BaseException) -> None:
     if not self.failures:

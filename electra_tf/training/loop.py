@@ -26,6 +26,7 @@ This module drives them: `Trainer.train` calls the loop once per log interval
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Callable, Mapping, Sequence
 
 import tensorflow as tf
@@ -54,9 +55,10 @@ from electra_tf.training.replica_step import (  # noqa: F401 -- re-exported type
 )
 from electra_tf.training.settings import TrainSettings
 
-# hook(step, values logged for the interval ending at step), run with the run's summary writer
-# as the default writer (tf.summary calls land in its TensorBoard events)
-IntervalHook = Callable[[int, Mapping[str, float]], None]
+# hook(step, values logged for the interval ending at step) -> a short text for the interval's
+# log line, or None; run with the run's summary writer as the default writer (tf.summary calls
+# land in its TensorBoard events), before the line is printed
+IntervalHook = Callable[[int, Mapping[str, float]], str | None]
 
 
 def model_step_fn(model: tf_keras.Model, training: bool) -> StepFn:
@@ -95,8 +97,8 @@ class Trainer:
   Checks model_dir (creatable, writable, room for two checkpoints) on construction, so bad
   settings fail before any step runs. Checkpoint: `tf.train.Checkpoint(model=, optimizer=,
   step=)` saved as `<model_dir>/ckpt-<step>` every `save_checkpoints_steps` and at the end.
-  `interval_hooks` are called after each log line as `hook(step, logged values)` (see
-  IntervalHook), e.g. pretraining.collapse.CollapseWatch.
+  `interval_hooks` are called at each log line as `hook(step, logged values)`, their texts
+  added to the line (see IntervalHook), e.g. pretraining.collapse.CollapseWatch.
   """
 
   def __init__(self, strategy: tf.distribute.Strategy, model: tf_keras.Model,
@@ -249,9 +251,10 @@ class Trainer:
                     f"{s.num_train_steps}; saving and stopping")
       end = result.exhausted or result.stopped or step >= s.num_train_steps
       if result.done and (end or step % s.iterations_per_loop == 0):
-        logged = progress.log(step, monitoring.learning_rate_of(self.optimizer),
-                              {m.name: float(m.result()) for m in metrics})
-        self._run_interval_hooks(step, logged, writer)
+        logged = progress.log(
+            step, monitoring.learning_rate_of(self.optimizer),
+            {m.name: float(m.result()) for m in metrics},
+            notes=functools.partial(self._run_interval_hooks, step, writer=writer))
         for metric in metrics:
           metric.reset_state()
       if result.stopped:  # the stop discarded one fetched batch: a saved input state would skip it
@@ -286,13 +289,15 @@ class Trainer:
                 f"{batch // (self._num_replicas * k)} examples per replica per update (global "
                 f"batch {batch}); float32 gradient accumulators: {mib:.3g} MiB per replica")
 
-  def _run_interval_hooks(self, step: int, logged: dict[str, float],
-                          writer: tf.summary.SummaryWriter) -> None:
+  def _run_interval_hooks(self, step: int, logged: dict[str, float], *,
+                          writer: tf.summary.SummaryWriter) -> list[str]:
+    """The interval hooks' texts for the log line of `step` (see IntervalHook)."""
+    notes = []
     if self.interval_hooks:
       with writer.as_default():
-        for hook in self.interval_hooks:
-          hook(step, logged)
+        notes = [hook(step, logged) for hook in self.interval_hooks]
       writer.flush()
+    return [note for note in notes if note]
 
   def evaluate(self, dataset_fn: DatasetFn, num_steps: int, step_fn: StepFn | None = None,
                metrics: Sequence[tf_keras.metrics.Metric] = (),

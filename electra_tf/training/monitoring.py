@@ -72,10 +72,14 @@ class Progress:
     self._count += num_steps
 
   def log(self, step: int, learning_rate: float | None = None,
-          extra: Mapping[str, float] | None = None) -> dict[str, float]:
+          extra: Mapping[str, float] | None = None,
+          notes: Callable[[dict[str, float]], list[str]] | None = None) -> dict[str, float]:
     """Writes the interval's averages at `step`, prints a line, resets; returns what it wrote.
 
     `extra`: values already aggregated over the interval (e.g. streaming metrics), logged as is.
+    `notes(values)`: short texts appended to the line (e.g. a probe's scores); the time they
+    take is in neither this interval's steps per second nor the next one's (ELAP and ETA keep
+    it: it is part of the run).
     """
     now = time.perf_counter()
     steps = step - self._interval_step
@@ -106,6 +110,9 @@ class Progress:
             f"ETA: {secs_to_str(eta) if eta == eta else '?'}")
     extras = {k: v for k, v in values.items() if k not in ("steps_per_second",)}
     line += "".join(f" - {k}: {v:.4g}" for k, v in extras.items())
+    if notes is not None:
+      line += "".join(f" - {note}" for note in notes(values))
+      now = time.perf_counter()  # the next interval's rate starts after the notes
     self.log_fn(line)
     self._interval_time, self._interval_step = now, step
     self._sums, self._count = {}, 0
