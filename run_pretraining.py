@@ -87,6 +87,8 @@ def define_flags() -> None:
                     "(auto: when the shards total < 1 GiB).")
   flags.DEFINE_bool("restart", False, "Start from step 0 even though the model folder holds "
                     "checkpoints: it is first renamed to <folder>.before-restart-<n>.")
+  flags.DEFINE_float("lost_worker_secs", 60, "Several workers: one silent this long counts as "
+                     "lost; the others stop with one line (docs/stopping.md).")
   flags.DEFINE_float("peak_tflops", None, "Peak TFLOP/s of one device for MFU (default: looked "
                      "up for known GPUs, estimated for CPUs; see electra_tf/training/hardware.py).")
 
@@ -204,7 +206,8 @@ def main(argv: Sequence[str]) -> None:
   if config.use_tpu and not FLAGS["distribution_strategy"].present:
     name = "tpu"
   tpu = FLAGS.tpu if FLAGS.tpu is not None else (config.tpu_name or "")
-  strategy = training.get_strategy(name, FLAGS.num_gpus, tpu=tpu if name == "tpu" else None)
+  strategy = training.get_strategy(name, FLAGS.num_gpus, tpu=tpu if name == "tpu" else None,
+                                   lost_worker_secs=FLAGS.lost_worker_secs)
   precision = None if FLAGS.mixed_precision == "none" else FLAGS.mixed_precision
   peak = FLAGS.peak_tflops * 1e12 if FLAGS.peak_tflops else None
   from electra_tf.training.checkpointing import step_of
@@ -213,8 +216,12 @@ def main(argv: Sequence[str]) -> None:
   start_step = step_of(latest) if latest else 0
   start = time.perf_counter()
   check = {"auto": None, "true": True, "false": False}[FLAGS.check_data]
-  results = train_or_eval(config, strategy, FLAGS.jit_compile, precision, peak,
-                          check_data=check)
+  from electra_tf.training import lost_worker
+
+  with lost_worker.reported(name == "multi_worker_mirrored",  # a lost peer: one line, at once
+                            lambda: training.latest_checkpoint(config.model_dir)):
+    results = train_or_eval(config, strategy, FLAGS.jit_compile, precision, peak,
+                            check_data=check)
   print_summary(config, results, start_step, time.perf_counter() - start)
 
 

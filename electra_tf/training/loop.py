@@ -50,6 +50,7 @@ from electra_tf.training import (
   accumulation,
   checkpointing,
   interrupt,
+  lost_worker,
   monitoring,
   runtime,
   worker_data,
@@ -417,7 +418,8 @@ class Trainer:
                   f"examples per replica per update (global batch {s.train_batch_size}); "
                   f"float32 gradient accumulators: {mib:.3g} MiB per replica")
     try:
-      with self._stop.watching():
+      with self._stop.watching(), lost_worker.reported(self._collective_stop, self._keeper.latest,
+                                                       self.global_step):
         logged = self._train_loops(iterator, step, progress, metrics, writer)
     finally:
       writer.close()
