@@ -45,16 +45,17 @@ def two_shards(tmp_path_factory, data_dir, vocab_file) -> pathlib.Path:
 
 
 def _workers(root: pathlib.Path, log_dir: pathlib.Path) -> list[subprocess.Popen]:
-  """Worker 0 (output piped) and worker 1 (output to a file, read by nobody while it runs)."""
-  runs = []
-  for i, tf_config in enumerate(pretrain_data.two_worker_tf_configs()):
-    out = subprocess.PIPE if i == 0 else open(log_dir / f"worker{i}.log", "w")  # noqa: SIM115
-    runs.append(subprocess.Popen(
-        [sys.executable, str(REPO_ROOT / "run_pretraining.py"), "--data_dir", str(root),
-         "--model_name", "mw", "--distribution_strategy=multi_worker_mirrored",
-         "--check_data=false", f"--lost_worker_secs={LOST_SECS}", "--hparams", json.dumps(TINY)],
-        cwd=REPO_ROOT, env={**ENV, "TF_CONFIG": tf_config}, stdout=out,
-        stderr=subprocess.STDOUT, text=True))
+  """Worker 0 (output piped) and worker 1 (output to worker1.log, read once it is over)."""
+  command = [sys.executable, str(REPO_ROOT / "run_pretraining.py"), "--data_dir", str(root),
+             "--model_name", "mw", "--distribution_strategy=multi_worker_mirrored",
+             "--check_data=false", f"--lost_worker_secs={LOST_SECS}", "--hparams",
+             json.dumps(TINY)]
+  configs = pretrain_data.two_worker_tf_configs()
+  runs = [subprocess.Popen(command, cwd=REPO_ROOT, env={**ENV, "TF_CONFIG": configs[0]},
+                           stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)]
+  with open(log_dir / "worker1.log", "w") as out:  # the child keeps its own descriptor
+    runs.append(subprocess.Popen(command, cwd=REPO_ROOT, env={**ENV, "TF_CONFIG": configs[1]},
+                                 stdout=out, stderr=subprocess.STDOUT))
   return runs
 
 
