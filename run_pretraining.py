@@ -88,6 +88,8 @@ def define_flags() -> None:
                     "(auto: when the shards total < 1 GiB).")
   flags.DEFINE_bool("restart", False, "Start from step 0 even though the model folder holds "
                     "checkpoints: it is first renamed to <folder>.before-restart-<n>.")
+  flags.DEFINE_float("lost_worker_secs", 60, "Several workers: one silent this long counts as "
+                     "lost; the others stop with one line (docs/stopping.md).")
   flags.DEFINE_float("peak_tflops", None, "Peak TFLOP/s of one device for MFU (default: looked "
                      "up for known GPUs, estimated for CPUs; see electra_tf/training/hardware.py).")
   define_probe_flags()
@@ -166,18 +168,21 @@ def main(argv: Sequence[str]) -> None:
   if config.use_tpu and not FLAGS["distribution_strategy"].present:
     name = "tpu"
   tpu = FLAGS.tpu if FLAGS.tpu is not None else (config.tpu_name or "")
-  strategy = training.get_strategy(name, FLAGS.num_gpus, tpu=tpu if name == "tpu" else None)
+  strategy = training.get_strategy(name, FLAGS.num_gpus, tpu=tpu if name == "tpu" else None,
+                                   lost_worker_secs=FLAGS.lost_worker_secs)
   precision = None if FLAGS.mixed_precision == "none" else FLAGS.mixed_precision
   peak = FLAGS.peak_tflops * 1e12 if FLAGS.peak_tflops else None
   start = time.perf_counter()
   check = {"auto": None, "true": True, "false": False}[FLAGS.check_data]
+  from electra_tf.pretraining.summary import print_summary
   from electra_tf.probing import during_pretraining
+  from electra_tf.training import lost_worker
 
   probe = during_pretraining.from_flags(FLAGS, config, strategy, data_dir)  # before seeding
-  results = train_or_eval(config, strategy, FLAGS.jit_compile, precision, peak,
-                          check_data=check, probe=probe)
-  from electra_tf.pretraining.summary import print_summary
-
+  with lost_worker.reported(name == "multi_worker_mirrored",  # a lost peer: one line, at once
+                            lambda: training.latest_checkpoint(config.model_dir)):
+    results = train_or_eval(config, strategy, FLAGS.jit_compile, precision, peak,
+                            check_data=check, probe=probe)
   print_summary(config, results, time.perf_counter() - start, probe)
 
 

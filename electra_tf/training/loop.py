@@ -38,6 +38,7 @@ from electra_tf.training import (
   checkpointing,
   evaluation,
   interrupt,
+  lost_worker,
   monitoring,
   runtime,
   step_loop,
@@ -221,7 +222,8 @@ class Trainer:
       metric.reset_state()
     self._log_accumulation()
     try:
-      with self._stop.watching():
+      with self._stop.watching(), lost_worker.reported(self._collective_stop, self._keeper.latest,
+                                                       self.global_step):
         logged = self._train_loops(iterator, step, progress, metrics, writer)
     finally:
       writer.close()

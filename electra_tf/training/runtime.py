@@ -12,6 +12,8 @@ import tensorflow as tf
 import tf_keras
 from official.common import distribute_utils
 
+from electra_tf.training import lost_worker
+
 STRATEGIES = ("one_device", "mirrored", "multi_worker_mirrored", "tpu")
 MIXED_PRECISION = {None: "float32", "float32": "float32", "bfloat16": "mixed_bfloat16",
                    "float16": "mixed_float16"}
@@ -20,7 +22,8 @@ MIXED_PRECISION = {None: "float32", "float32": "float32", "bfloat16": "mixed_bfl
 def get_strategy(distribution_strategy: str = "one_device", num_gpus: int | None = None,
                  tpu: str | None = None, all_reduce_alg: str | None = None,
                  devices: Sequence[str] | None = None, worker_hosts: str | None = None,
-                 task_index: int = -1) -> tf.distribute.Strategy:
+                 task_index: int = -1, lost_worker_secs: float = lost_worker.DEFAULT_SECS
+                 ) -> tf.distribute.Strategy:
   """Returns a `tf.distribute.Strategy` by name (tf-models-official `get_distribution_strategy`).
 
   Args:
@@ -33,6 +36,7 @@ def get_strategy(distribution_strategy: str = "one_device", num_gpus: int | None
       num_gpus.
     worker_hosts, task_index: multi-worker cluster as flags; ignored when TF_CONFIG is set
       (tf-models-official `configure_cluster` writes TF_CONFIG from them otherwise).
+    lost_worker_secs: multi-worker: a worker without heartbeat this long is lost (lost_worker.py).
   """
   name = (distribution_strategy or "").lower()
   if name not in STRATEGIES:
@@ -48,6 +52,7 @@ def get_strategy(distribution_strategy: str = "one_device", num_gpus: int | None
     return tf.distribute.MirroredStrategy(devices=list(devices))
   if name == "multi_worker_mirrored":
     distribute_utils.configure_cluster(worker_hosts, task_index)
+    lost_worker.configure(lost_worker_secs)
   return distribute_utils.get_distribution_strategy(
       distribution_strategy=name, num_gpus=num_gpus, all_reduce_alg=all_reduce_alg,
       tpu_address=tpu)
