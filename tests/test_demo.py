@@ -51,7 +51,12 @@ def test_tiny_demo_runs_end_to_end_quietly(tmp_path):
   header = next(i for i, line in enumerate(curves) if line.split()[:2] == ["step", "mlm_loss"])
   rows = curves[header + 1:header + 6]
   assert [int(row.split()[0]) for row in rows] == [2, 4, 6, 8, 10]  # 5 rows, first and last
-  assert curves[header + 6] == f"Learning curves: {png}"
+  probe_header = curves.index(next(line for line in curves if line.split()[:1] == ["step"]
+                                   and "probe/topic/mean" in line))
+  assert probe_header > header + 5  # the probe's own table, after the losses'
+  assert [int(row.split()[0]) for row in curves[probe_header + 1:probe_header + 6]] == [
+      2, 4, 6, 8, 10]
+  assert f"Learning curves: {png}" in curves
 
   eval_run = _section(out, "== 5/9", "== 6/9")
   assert eval_run.count("Config:") == 1 and eval_run.count("disc_auc = ") == 1

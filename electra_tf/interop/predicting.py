@@ -202,13 +202,15 @@ def define_flags() -> None:
   """Command-line flags, defined on demand so importing this module defines none."""
   from absl import flags
 
-  flags.DEFINE_string("model", None, "A fine-tuned model directory, a SavedModel export or a "
-                      "LiteRT .tflite (litert.json beside it).")
-  flags.DEFINE_string("input", None, "Rows to label: .txt (one a line), .csv, .tsv, .jsonl; "
-                      "tagging also CoNLL .conll.")
-  flags.DEFINE_string("output", None, "Where the predictions go (.jsonl, .tsv, .csv; default "
-                      "<input without extension>.predictions.jsonl).")
-  flags.DEFINE_string("task", None, "The task to predict, for a model with several.")
+  paths = {
+      "model": "A fine-tuned model directory, a SavedModel export or a LiteRT .tflite "
+               "(litert.json beside it).",
+      "input": "Rows to label: .txt (one a line), .csv, .tsv, .jsonl; tagging also CoNLL .conll.",
+      "output": "Where the predictions go (.jsonl, .tsv, .csv; default <input without "
+                "extension>.predictions.jsonl).",
+      "task": "The task to predict, for a model with several."}
+  for name, text in paths.items():
+    flags.DEFINE_string(name, None, text)
   for role in ("text_a", "text_b", "label", "id"):
     flags.DEFINE_string(role, None, f"Column of the {role} (name or 0-based number; default: "
                         "the task's task.json, else the role's name).")
