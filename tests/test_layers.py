@@ -12,8 +12,7 @@ PACKAGE = pathlib.Path(__file__).resolve().parent.parent / "electra_tf"
 # (the console scripts).
 LAYERS = [
     ("foundations", ["electra_tf", "electra_tf.modeling.bert_config"]),
-    ("model reading", ["electra_tf.reading.model_dir", "electra_tf.reading.hf_import",
-                       "electra_tf.reading.model_source", "electra_tf.reading.model_tasks"]),
+    ("model reading", ["electra_tf.reading"]),
     ("modeling", ["electra_tf.modeling"]),
     ("generic training", ["electra_tf.training"]),
     ("pre-training", ["electra_tf.pretraining"]),
