@@ -144,7 +144,9 @@ def run_trial(k: int, seed: int, kills: list[dict], data: pathlib.Path, ref: dic
     out.runs += 1
     kill = pending.pop(0) if pending else None
     before, since = [checks.usable_step(d) for d in dirs], time.time()
-    r = runs.run(cmd, kill, work / f"trial-{k}.events")
+    # a stop may take as long as a whole uninterrupted run (a SIGTERM while the first step is
+    # traced is read once the step runs), never longer
+    r = runs.run(cmd, kill, work / f"trial-{k}.events", max(runs.STOP_SECONDS, ref["seconds"]))
     (work / f"trial-{k}.run-{out.runs}.log").write_text(r.output, encoding="utf-8")
     where = runs.traceback_of(r.output)
     if where:

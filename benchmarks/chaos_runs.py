@@ -51,7 +51,7 @@ FINETUNE = {**TINY, "eval_batch_size": 16, "init_checkpoint": None, "task_names"
             "iterations_per_loop": 4, "save_checkpoints_steps": 4, "write_test_outputs": True,
             "seed": 5}
 KINDS = ("pretrain", "finetune")
-STOP_SECONDS = 60  # from a SIGINT / SIGTERM to the end of the process
+STOP_SECONDS = 60  # from a SIGINT / SIGTERM to the end of the process, at least
 RUN_SECONDS = 900  # a whole run, on a loaded machine
 SHORT = 300  # characters: the one line a kill may print
 STEP_LINE = re.compile(r"^\d+/\d+ = ")
@@ -156,8 +156,9 @@ def end_all() -> None:
     proc.kill()
 
 
-def run(cmd: list[str], kill: dict | None, events: pathlib.Path) -> Run:
-  """Runs ``cmd`` with the injector and ``kill`` planned; SIGKILLs it STOP_SECONDS after a
+def run(cmd: list[str], kill: dict | None, events: pathlib.Path,
+        stop_seconds: float = STOP_SECONDS) -> Run:
+  """Runs ``cmd`` with the injector and ``kill`` planned; SIGKILLs it ``stop_seconds`` after a
   marker or RUN_SECONDS after its start, saying so in ``problem``."""
   if STOPPING.is_set():
     raise RuntimeError("the harness is stopping")
@@ -183,8 +184,8 @@ def run(cmd: list[str], kill: dict | None, events: pathlib.Path) -> Run:
   problem = None
   while proc.poll() is None:
     now = time.monotonic()
-    if marked and now - marked[0] > STOP_SECONDS:
-      problem = f"still running {STOP_SECONDS} s after the kill"
+    if marked and now - marked[0] > stop_seconds:
+      problem = f"still running {stop_seconds:.0f} s after the kill"
     elif now - start > RUN_SECONDS:
       problem = f"still running after {RUN_SECONDS} s"
     if problem:
