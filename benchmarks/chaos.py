@@ -46,6 +46,7 @@ import resource
 import shutil
 import sys
 import tempfile
+import threading
 import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
@@ -132,8 +133,32 @@ def lost_work(r: runs.Run, dirs: list[pathlib.Path], before: list[int], after: l
   return [lost[i] for i in sorted(lost)]
 
 
+class Pace:
+  """How fast runs go now compared with the reference run (the machine's load changes): the
+  median, over the latest runs of a kind, of their start-up time (process start to the
+  restore) over the reference run's. Timed kill moments are stretched by it."""
+
+  def __init__(self, refs: dict):
+    self._ref = {kind: ref["stats"]["restore_t"] for kind, ref in refs.items()}
+    self._ratios = collections.defaultdict(lambda: collections.deque(maxlen=5))
+    self._lock = threading.Lock()
+
+  def add(self, kind: str, events: list[dict]) -> None:
+    t = next((e["t"] for e in events if e["ev"] == "call" and e["hook"] == "restore"), None)
+    if t is not None and self._ref[kind] > 0:
+      with self._lock:
+        self._ratios[kind].append(t / self._ref[kind])
+
+  def timed(self, kind: str, kill: dict | None) -> dict | None:
+    """``kill`` with its delay stretched to the current pace."""
+    with self._lock:
+      ratios = sorted(self._ratios[kind])
+    factor = ratios[len(ratios) // 2] if ratios else 1.0
+    return None if kill is None else {**kill, "delay": round(kill["delay"] * factor, 4)}
+
+
 def run_trial(k: int, seed: int, kills: list[dict], data: pathlib.Path, ref: dict,
-              work: pathlib.Path) -> Outcome:
+              work: pathlib.Path, pace: Pace) -> Outcome:
   """Kills and reruns one command until it completes, then checks it against the reference."""
   out = Outcome(k, kind_of(k))
   start = time.monotonic()
@@ -142,17 +167,15 @@ def run_trial(k: int, seed: int, kills: list[dict], data: pathlib.Path, ref: dic
   pending = list(kills)
   while True:  # every run but the last is killed; the last must complete
     out.runs += 1
-    kill = pending.pop(0) if pending else None
+    kill = pace.timed(out.kind, pending.pop(0) if pending else None)
     before, since = [checks.usable_step(d) for d in dirs], time.time()
     # a stop may take as long as a whole uninterrupted run (a SIGTERM while the first step is
     # traced is read once the step runs), never longer
-    r = runs.run(cmd, kill, work / f"trial-{k}.events", max(runs.STOP_SECONDS, ref["seconds"]))
+    r = runs.run(cmd, kill, work / f"trial-{k}.run-{out.runs}.events",
+                 max(runs.STOP_SECONDS, ref["seconds"]))
     (work / f"trial-{k}.run-{out.runs}.log").write_text(r.output, encoding="utf-8")
-    where = runs.traceback_of(r.output)
-    if where:
-      out.problems["tracebacks"].append(f"run {out.runs}: {where}")
-    after = [checks.usable_step(d) for d in dirs]
-    out.problems["lost"] += lost_work(r, dirs, before, after, out.runs)
+    pace.add(out.kind, r.events)
+    check_run(out, r, dirs, before, ref["saves"])
     if kill is not None and r.killed:
       note = describe(kill)
       out.problems["kill"] += [f"run {out.runs}: {p}" for p in
@@ -172,6 +195,37 @@ def run_trial(k: int, seed: int, kills: list[dict], data: pathlib.Path, ref: dic
     break
   out.seconds = time.monotonic() - start
   return out
+
+
+def check_run(out: Outcome, r: runs.Run, dirs: list[pathlib.Path], before: list[int],
+              ref_saves: list[list[int]]) -> None:
+  """The checks of one run (before a power cut damages what it wrote): no traceback, no saved
+  work lost; after a restore, no unusable checkpoint newer than the one it chose left in place
+  and every checkpoint the reference run saved after that step saved again (up to the last
+  one this run saved)."""
+  where = runs.traceback_of(r.output)
+  if where:
+    out.problems["tracebacks"].append(f"run {out.runs}: {where}")
+  after = [checks.usable_step(d) for d in dirs]
+  out.problems["lost"] += lost_work(r, dirs, before, after, out.runs)
+  saved = collections.defaultdict(set)
+  for e in r.events:
+    if e["ev"] == "saved":
+      saved[pathlib.Path(e["dir"])].add(e["step"])
+  for e in r.events:
+    if e["ev"] != "restore" or pathlib.Path(e["dir"]) not in dirs:
+      continue
+    d, step = pathlib.Path(e["dir"]), e["step"]
+    bad = [s for s in checks.complete_steps(d)
+           if s > step and checks.unusable(str(d / f"ckpt-{s}"))]
+    if bad:
+      out.problems["latest"].append(f"run {out.runs} resumed {d.name} at step {step} and left "
+                                    f"the unusable ckpt-{bad[0]} in place")
+    last = max(saved[d], default=step)
+    missing = [s for s in ref_saves[dirs.index(d)] if step < s <= last and s not in saved[d]]
+    if missing:
+      out.problems["latest"].append(f"run {out.runs} resumed {d.name} at step {step} and did "
+                                    f"not save ckpt-{missing[0]} (the uninterrupted run does)")
 
 
 def guarded_trial(k: int, *args) -> Outcome:
@@ -206,8 +260,11 @@ def reference(kind: str, data: pathlib.Path, work: pathlib.Path) -> dict:
   if r.returncode != 0 or runs.traceback_of(r.output):
     sys.exit(f"chaos: the uninterrupted {kind} run failed (exit status {r.returncode}):\n"
              + r.output[-3000:])
-  finals = [checks.complete_steps(d)[0] for d in runs.model_dirs(kind, folder)]
-  return {"folder": folder, "finals": finals, "stats": runs.reference_stats(r.events, r.seconds),
+  dirs = runs.model_dirs(kind, folder)
+  saves = [sorted(e["step"] for e in r.events if e["ev"] == "saved" and pathlib.Path(e["dir"]) == d)
+           for d in dirs]
+  return {"folder": folder, "finals": [checks.complete_steps(d)[0] for d in dirs],
+          "saves": saves, "stats": runs.reference_stats(r.events, r.seconds),
           "seconds": r.seconds}
 
 
@@ -256,9 +313,10 @@ def run_all(args: argparse.Namespace, chosen: list[int], n: int, work: pathlib.P
                     strict=True))
     print(f"chaos: seed {args.seed}, {len(chosen)} trial(s); uninterrupted runs: "
           + ", ".join(f"{kd} {refs[kd]['seconds']:.0f} s" for kd in kinds), flush=True)
+    pace = Pace(refs)
     futures = {k: pool.submit(guarded_trial, k, args.seed,
                               draw_kills(args.seed, k, refs[kind_of(k)]["stats"]),
-                              work / "data", refs[kind_of(k)], work) for k in chosen}
+                              work / "data", refs[kind_of(k)], work, pace) for k in chosen}
     outcomes = []
     for k in chosen:
       outcomes.append(futures[k].result())

@@ -16,7 +16,8 @@ signal, one marker line is written to the output (file descriptor 1, after flush
 streams), so the harness splits what the run printed before and after the kill exactly there.
 
 Events: ``call`` (hook, n, t = seconds since start, dt), ``restore`` (dir, step: where a
-Trainer's restore put it), ``kill`` (signal, t). Nothing here changes what a run computes.
+Trainer's restore put it), ``saved`` (dir, step of a checkpoint written), ``kill`` (signal,
+t). Nothing here changes what a run computes.
 """
 
 from __future__ import annotations
@@ -100,6 +101,8 @@ def _wrap(hook: str, fn):
     _event(ev="call", hook=hook, n=n, t=start - _T0, dt=time.monotonic() - start)
     if hook == "restore":
       _event(ev="restore", dir=args[0].settings.model_dir, step=int(result))
+    elif hook == "ckpt_save":
+      _event(ev="saved", dir=args[0].directory, step=kwargs.get("checkpoint_number"))
     if planned and _KILL["when"] == "after":
       _fire()
     return result
