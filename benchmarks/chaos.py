@@ -20,11 +20,14 @@ right before the signal, so the output after the kill is known exactly.
 Checks, against the reference run: final weights bit-identical (the pre-training checkpoint;
 every fine-tuning trial's checkpoint and its tf1/ copy, optimizer slots included); every
 trial's dev result present exactly once (results .json/.txt/.pkl, test predictions equal); the
-latest checkpoint (state file and newest on disk) is the final one and is readable and finite;
-no temporary files or partial checkpoints left; no traceback in any output; no saved work lost
-(a rerun restores each model from its newest usable checkpoint and never deletes one); every
-kill followed by at most one line of at most 300 characters (not counting the progress and
-``Saved`` lines of the step a first SIGINT / SIGTERM lets finish) and the signal's exit status.
+latest checkpoint (state file and newest on disk) is the final one and is readable and finite,
+and after each rerun no unusable checkpoint newer than its restore point is left in place and
+every checkpoint the reference saves after that point is saved again; no temporary files or
+partial checkpoints left; no traceback in any output; no saved work lost (a rerun restores
+each model from its newest usable checkpoint and never deletes one); every kill followed by at
+most one line of at most 300 characters (not counting the progress and ``Saved`` lines of the
+step a first SIGINT / SIGTERM lets finish) and the signal's exit status.
+Timed moments are stretched by how much slower than the reference the latest runs started.
 
 One line per trial; a failing one ends with the arguments replaying it alone. The last line:
 ``chaos: <passed>/<N> runs resumed bit-identical, <L> lost, <T> tracebacks`` (passed: trials

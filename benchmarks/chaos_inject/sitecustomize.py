@@ -66,17 +66,44 @@ def _event(**fields) -> None:
   os.write(_fd, (json.dumps(fields) + "\n").encode())
 
 
+class _Serialized:
+  """sys.stdout / sys.stderr behind one lock, which the kill holds from its marker to its
+  signal: no line of another thread slips in between (an os.write gives up the GIL)."""
+
+  def __init__(self, stream):
+    self._stream = stream
+
+  def write(self, text):
+    with _OUTPUT:
+      return self._stream.write(text)
+
+  def writelines(self, lines):
+    with _OUTPUT:
+      return self._stream.writelines(lines)
+
+  def flush(self):
+    with _OUTPUT:
+      return self._stream.flush()
+
+  def __getattr__(self, name):
+    return getattr(self._stream, name)
+
+
+_OUTPUT = threading.RLock()
+
+
 def _fire() -> None:
   """Writes the marker line, then sends the planned signal (twice if planned) to this process."""
   signum = signal.Signals[_KILL["signal"]]
   _event(ev="kill", signal=signum.name, t=time.monotonic() - _T0)
-  for stream in (sys.stdout, sys.stderr):
-    try:
-      stream.flush()
-    except (OSError, ValueError):
-      pass
-  os.write(1, f"{MARKER}\n".encode())
-  os.kill(os.getpid(), signum)
+  with _OUTPUT:
+    for stream in (sys.stdout, sys.stderr):
+      try:
+        stream.flush()
+      except (OSError, ValueError):
+        pass
+    os.write(1, f"{MARKER}\n".encode())
+    os.kill(os.getpid(), signum)
   for _ in range(int(_KILL.get("repeat", 1)) - 1):
     time.sleep(float(_KILL.get("gap", 0.0)))
     os.kill(os.getpid(), signum)
@@ -148,5 +175,7 @@ if _PLAN is not None:
     if _name in sys.modules:
       _patch(sys.modules[_name])
   sys.meta_path.insert(0, _PatchOnImport())
+  if _KILL is not None:
+    sys.stdout, sys.stderr = _Serialized(sys.stdout), _Serialized(sys.stderr)
   if _KILL is not None and _KILL["at"] == "start":
     _later(float(_KILL["delay"]))
