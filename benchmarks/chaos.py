@@ -10,7 +10,8 @@ before, during or after the k-th call of a function that writes (a checkpoint sa
 state save, an atomic file write, the fine-tuning results, test predictions, feature cache or
 official-name copy, the start of a trial, an rmtree, the dev evaluation). The run series starts
 in a fresh folder; each run is the same command as one uninterrupted reference run, with the
-next kill planned; once the kills are spent the command is rerun until it completes.
+next kill planned (a run that completes first passes the next kill to a rerun); once the kills
+are spent the command is rerun until it completes.
 
 A small ``sitecustomize`` (benchmarks/chaos_inject/, on the runs' PYTHONPATH only) fires the
 kills from inside the process, so they land inside writes that last milliseconds; call
@@ -168,7 +169,7 @@ def run_trial(k: int, seed: int, kills: list[dict], data: pathlib.Path, ref: dic
   folder = runs.copy_data(data, out.kind, work / f"trial-{k}")
   dirs, cmd = runs.model_dirs(out.kind, folder), runs.command(out.kind, folder)
   pending = list(kills)
-  while True:  # every run but the last is killed; the last must complete
+  while True:  # until the kills are spent and a run completes
     out.runs += 1
     kill = pace.timed(out.kind, pending.pop(0) if pending else None)
     before, since = [checks.usable_step(d) for d in dirs], time.time()
@@ -194,8 +195,9 @@ def run_trial(k: int, seed: int, kills: list[dict], data: pathlib.Path, ref: dic
       out.problems["exit"].append(f"run {out.runs}: {r.problem or f'exit status {r.returncode}'}"
                                   f" ({last[0][:160]!r})")
       break
-    check_final(out, ref, folder, dirs)
-    break
+    if not pending:  # else the next kill goes to a rerun of the completed command
+      check_final(out, ref, folder, dirs)
+      break
   out.seconds = time.monotonic() - start
   return out
 
