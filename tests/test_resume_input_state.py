@@ -1,16 +1,15 @@
 """A seeded resume restores the input iterator state saved beside its checkpoint (no consumed
 example re-read) and ends bit-identical to an uninterrupted run; without a usable state it
-says so in one line and skips the consumed records by reading them.
+says so in one line and skips the consumed records by reading them. The kills land at exact
+moments (the chaos injector of benchmarks/chaos.py), so each resume path is sure to run.
 """
 
 import json
 import os
 import pathlib
-import shutil
 import signal
 import subprocess
 import sys
-import time
 
 import numpy as np
 import pytest
@@ -23,6 +22,7 @@ from electra_tf.training import input_state
 from electra_tf.training.checkpoint_files import step_of
 
 REPO = pathlib.Path(__file__).resolve().parents[1]
+INJECT = REPO / "benchmarks" / "chaos_inject"  # kills a run at the k-th call of a function
 ENV = {**os.environ, "TF_CPP_MIN_LOG_LEVEL": "3", "CUDA_VISIBLE_DEVICES": "-1",
        "TF_USE_LEGACY_KERAS": "1"}
 VOCAB = pretrain_data.CHAR_VOCAB
@@ -44,10 +44,19 @@ def pretrain_dir(tmp_path_factory, reference_dir) -> pathlib.Path:
                                           reference_dir / "pretrain_data" / "corpus")
 
 
-def _run(data_dir: pathlib.Path, name: str, hparams: dict | None = None) -> subprocess.Popen:
+def _run(data_dir: pathlib.Path, name: str, hparams: dict | None = None,
+         kill: dict | None = None) -> subprocess.Popen:
+  """run_pretraining.py; `kill`: a kill plan for the chaos injector (benchmarks/chaos_inject),
+  which SIGKILLs the run at an exact moment, e.g. right after the k-th input state save."""
   args = ["--data-dir", str(data_dir), "--model-name", name,
           "--hparams", json.dumps(hparams or HPARAMS)]
-  return subprocess.Popen([sys.executable, str(REPO / "run_pretraining.py"), *args], env=ENV,
+  env = ENV
+  if kill is not None:
+    plan = {"events": str(data_dir / f"{name}.events"),
+            "kill": {"signal": "SIGKILL", "when": "after", "delay": 0, **kill}}
+    env = {**ENV, "ELECTRA_CHAOS_PLAN": json.dumps(plan),
+           "PYTHONPATH": os.pathsep.join(filter(None, [str(INJECT), ENV.get("PYTHONPATH")]))}
+  return subprocess.Popen([sys.executable, str(REPO / "run_pretraining.py"), *args], env=env,
                           stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
 
 
@@ -62,53 +71,37 @@ def _tensors(model_dir: pathlib.Path) -> dict[str, np.ndarray]:
           if "save_counter" not in k and "_CHECKPOINTABLE_OBJECT_GRAPH" not in k}
 
 
-def _kill_when(proc: subprocess.Popen, path: pathlib.Path) -> str:
-  """SIGKILLs `proc` as soon as `path` exists (mid-run); returns its output."""
-  deadline = time.time() + TIMEOUT
-  while not path.exists():
-    if proc.poll() is not None or time.time() > deadline:
-      pytest.fail(f"no {path.name} before exit/timeout:\n{procs.finish(proc)[-3000:]}")
-    time.sleep(0.01)
-  proc.send_signal(signal.SIGKILL)
+def _killed(proc: subprocess.Popen) -> str:
   log = procs.finish(proc, TIMEOUT)
   assert proc.returncode == -signal.SIGKILL, f"the run ended before the kill:\n{log[-3000:]}"
   return log
 
 
-def _resume_line(model_dir: pathlib.Path, start: int) -> str:
-  """The line a resume at `start` must print: a kill between a checkpoint and its input state
-  leaves the record skip to resume with."""
-  saved = (model_dir / "input_state" / f"ckpt-{start}" / "signature.json").exists()
-  return RESTORED if saved else SKIPPED
-
-
 @pytest.mark.slow
 def test_run_killed_and_resumed_from_its_input_state_ends_bit_identical(pretrain_dir):
-  """Killed after ckpt-4's input state, resumed from it; killed again, the newest state
-  deleted (as for a checkpoint of an older version): the record skip; same final weights."""
+  """SIGKILLed right after ckpt-4's input state is written: the resume restores it (no record
+  skip). SIGKILLed again right after ckpt-8 is written, before its input state: the resume
+  skips the consumed records by reading them. The final weights equal an uninterrupted run's."""
   models = pretrain_dir / "models"
   clean = _run(pretrain_dir, "clean")  # runs alongside the killed one
   killed_dir = models / "killed"
-  _kill_when(_run(pretrain_dir, "killed"), killed_dir / "input_state" / "ckpt-4")
-  starts = [_latest_step(killed_dir)]
-  assert 4 <= starts[0] <= NUM_STEPS - 6
-  lines = [_resume_line(killed_dir, starts[0])]
+  _killed(_run(pretrain_dir, "killed", kill={"at": "input_state_save", "call": 2}))
+  assert _latest_step(killed_dir) == 4
+  assert (killed_dir / "input_state" / "ckpt-4" / "signature.json").exists()
 
-  log = _kill_when(_run(pretrain_dir, "killed"),
-                   killed_dir / "input_state" / f"ckpt-{starts[0] + 4}")
-  assert f"Running training from step {starts[0]}" in log and lines[0] in log, log[-3000:]
-  assert (RESTORED in log) + (SKIPPED in log) == 1
-  starts.append(_latest_step(killed_dir))
-  assert starts[0] + 4 <= starts[1] < NUM_STEPS
-  shutil.rmtree(killed_dir / "input_state" / f"ckpt-{starts[1]}", ignore_errors=True)
-  lines.append(SKIPPED)
+  log = _killed(_run(pretrain_dir, "killed", kill={"at": "ckpt_save", "call": 2}))
+  assert "Running training from step 4" in log, log[-3000:]
+  assert f"{RESTORED} {killed_dir / 'input_state' / 'ckpt-4'} (no consumed example re-read)" \
+      in log, log[-3000:]
+  assert SKIPPED not in log
+  assert _latest_step(killed_dir) == 8 and not (killed_dir / "input_state" / "ckpt-8").exists()
 
   resumed = _run(pretrain_dir, "killed")
   log = procs.finish(resumed, TIMEOUT)
   assert resumed.returncode == 0, log[-3000:]
-  assert f"Running training from step {starts[1]}" in log
-  assert f"{SKIPPED} {starts[1] * 8} consumed examples by reading them (ckpt-{starts[1]} has " \
-         "no saved input state)" in log, log[-3000:]
+  assert "Running training from step 8" in log
+  assert f"{SKIPPED} 64 consumed examples by reading them (ckpt-8 has no saved input " \
+         "state)" in log, log[-3000:]
   assert RESTORED not in log
   # input states exist for the kept checkpoints only, and no temporary folder is left
   kept = {int(p.name[len("ckpt-"):-len(".index")]) for p in killed_dir.glob("ckpt-*.index")}
@@ -121,8 +114,7 @@ def test_run_killed_and_resumed_from_its_input_state_ends_bit_identical(pretrain
   got, want = _tensors(killed_dir), _tensors(models / "clean")
   assert sorted(got) == sorted(want) and any(k.startswith("model/") for k in want)
   for key in want:
-    np.testing.assert_array_equal(got[key], want[key],
-                                  err_msg=f"{key} (resumed at {starts}, by {lines})")
+    np.testing.assert_array_equal(got[key], want[key], err_msg=key)
 
 
 @pytest.mark.slow

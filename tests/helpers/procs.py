@@ -2,8 +2,11 @@
 
 from __future__ import annotations
 
+import codecs
+import os
 import pathlib
 import re
+import select
 import signal
 import subprocess
 import time
@@ -38,15 +41,25 @@ def sigkill_after_first_checkpoint(proc: subprocess.Popen, model_dir: pathlib.Pa
 
 def wait_for_line(proc: subprocess.Popen, pattern: str, timeout: float) -> tuple[re.Match, str]:
   """Reads `proc`'s output (text, stderr merged) until a line matches `pattern`; returns the
-  match and the output so far. A test failure if the process ends or `timeout` passes first."""
-  deadline, seen = time.time() + timeout, []
-  while time.time() < deadline:
-    line = proc.stdout.readline()
-    if not line and proc.poll() is not None:
+  match and the output read so far (which may run past the matching line). A test failure if
+  the process ends or `timeout` passes first, also for a silent process: the pipe is polled
+  with select, never read by a blocking call. Read the rest with `finish`."""
+  deadline, fd = time.monotonic() + timeout, proc.stdout.fileno()
+  decoder = codecs.getincrementaldecoder("utf-8")(errors="replace")
+  seen, partial = "", ""
+  while (left := deadline - time.monotonic()) > 0:
+    if not select.select([fd], [], [], min(left, 1.0))[0]:
+      continue
+    chunk = os.read(fd, 65536)
+    if not chunk:  # the process closed its output
       break
-    seen.append(line)
-    m = re.search(pattern, line)
-    if m:
-      return m, "".join(seen)
+    text = decoder.decode(chunk)
+    seen += text
+    *lines, partial = (partial + text).split("\n")
+    for line in lines:
+      m = re.search(pattern, line + "\n")
+      if m:
+        return m, seen
   proc.kill()
-  pytest.fail(f"no line matching {pattern!r}:\n{''.join(seen)[-3000:]}{finish(proc)[-2000:]}")
+  pytest.fail(f"no line matching {pattern!r} within {timeout} s:\n{seen[-3000:]}"
+              f"{finish(proc)[-2000:]}")

@@ -1,0 +1,356 @@
+"""Randomized kill harness: kills pre-training and fine-tuning runs at moments drawn from a seed,
+reruns each until it completes, and checks that nothing was lost.
+
+    python benchmarks/chaos.py [--trials 40] [--seed 0] [--only K[,K...]] [--jobs 2]
+
+Trial K (odd: pre-training, even: fine-tuning) draws from (seed, K) 2-4 kills, each a fault
+(SIGKILL, SIGINT, SIGTERM, two SIGINTs, or a power cut: SIGKILL, then the newest checkpoint
+loses the end of its data or index file) at a moment: a time since the process started, or
+before, during or after the k-th call of a function that writes (a checkpoint save, an input
+state save, an atomic file write, the fine-tuning results, test predictions, feature cache or
+official-name copy, the start of a trial, an rmtree, the dev evaluation). The run series starts
+in a fresh folder; each run is the same command as one uninterrupted reference run, with the
+next kill planned (a run that completes first passes the next kill to a rerun); once the kills
+are spent the command is rerun until it completes.
+
+A small ``sitecustomize`` (benchmarks/chaos_inject/, on the runs' PYTHONPATH only) fires the
+kills from inside the process, so they land inside writes that last milliseconds; call
+durations measured in the reference run place the "during" moments. It prints a marker line
+right before the signal, so the output after the kill is known exactly.
+
+Checks, against the reference run: final weights bit-identical (the pre-training checkpoint;
+every fine-tuning trial's checkpoint and its tf1/ copy, optimizer slots included); every
+trial's dev result present exactly once (results .json/.txt/.pkl, test predictions equal); the
+latest checkpoint (state file and newest on disk) is the final one and is readable and finite,
+and after each rerun no unusable checkpoint newer than its restore point is left in place and
+every checkpoint the reference saves after that point is saved again; no temporary files or
+partial checkpoints left; no traceback in any output; no saved work lost (a rerun restores
+each model from its newest usable checkpoint and never deletes one); every kill followed by at
+most one line of at most 300 characters (not counting the progress and ``Saved`` lines of the
+step a first SIGINT / SIGTERM lets finish) and the signal's exit status.
+Timed moments are stretched by how much slower than the reference the latest runs started.
+
+One line per trial; a failing one ends with the arguments replaying it alone. The last line:
+``chaos: <passed>/<N> runs resumed bit-identical, <L> lost, <T> tracebacks`` (passed: trials
+whose final weights are bit-identical; L: trials that lost saved work; T: runs whose output
+held a traceback). Exit status 1 if any check failed in any trial.
+"""
+
+from __future__ import annotations
+
+import argparse
+import collections
+import concurrent.futures
+import dataclasses
+import math
+import os
+import pathlib
+import random
+import resource
+import shutil
+import sys
+import tempfile
+import threading
+import time
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
+
+import chaos_checks as checks  # noqa: E402
+import chaos_runs as runs  # noqa: E402
+
+FAULTS = {"SIGKILL": 30, "SIGINT": 20, "SIGTERM": 20, "SIGINT x2": 15, "power cut": 15}
+STEP_HOOKS = {"ckpt_save", "input_state_save", "rmtree"}  # called again for each step saved
+CHECKS = ("weights", "latest", "results", "lost", "leftovers", "tracebacks", "kill", "exit")
+
+
+def kind_of(k: int) -> str:
+  return runs.KINDS[(k - 1) % 2]
+
+
+def draw_kills(seed: int, k: int, stats: dict) -> list[dict]:
+  """Trial k's kill plans, a function of (seed, k) and the reference run's call statistics.
+
+  Kill r aims at the part a run still has to do after r kills (about 0.6^r of it)."""
+  rng = random.Random(f"chaos {seed} {k}")
+  kills = []
+  for r in range(rng.randint(2, 4)):
+    left = 0.6 ** r
+    fault = rng.choices(list(FAULTS), list(FAULTS.values()))[0]
+    kill = {"fault": fault, "signal": {"power cut": "SIGKILL", "SIGINT x2": "SIGINT"}.get(
+        fault, fault), "repeat": 2 if fault == "SIGINT x2" else 1,
+        "gap": round(rng.uniform(0.0, 1.0), 3)}
+    at_start, u, hook_u, when = rng.random() < 0.35, rng.random(), rng.random(), rng.choices(
+        ("before", "during", "after"), (20, 60, 20))[0]
+    calls = stats["calls"]
+    if at_start or not calls:
+      span = stats["restore_t"] + (stats["seconds"] - stats["restore_t"]) * left
+      kill.update(at="start", call=0, when="during", delay=round(u * span, 3))
+    else:
+      hook = sorted(calls)[int(hook_u * len(calls))]
+      n = max(1, math.ceil(len(calls[hook]) * left)) if hook in STEP_HOOKS else len(calls[hook])
+      call = 1 + int(u * n)
+      delay = round(rng.random() * calls[hook][call - 1], 4) if when == "during" else 0.0
+      kill.update(at=hook, call=call, when=when, delay=delay)
+    kills.append(kill)
+  return kills
+
+
+def describe(kill: dict) -> str:
+  if kill["at"] == "start":
+    return f"{kill['fault']} at {kill['delay']:.1f} s"
+  offset = f" +{kill['delay'] * 1000:.0f} ms" if kill["when"] == "during" else ""
+  return f"{kill['fault']} {kill['when']} {kill['at']} #{kill['call']}{offset}"
+
+
+@dataclasses.dataclass
+class Outcome:
+  """What one trial found: per check its problems; the kills as they happened."""
+
+  k: int
+  kind: str
+  kills: list[str] = dataclasses.field(default_factory=list)
+  runs: int = 0
+  seconds: float = 0.0
+  problems: dict[str, list[str]] = dataclasses.field(
+      default_factory=lambda: collections.defaultdict(list))
+
+  @property
+  def failed(self) -> bool:
+    return any(self.problems.values())
+
+
+def lost_work(r: runs.Run, dirs: list[pathlib.Path], before: list[int], after: list[int],
+              n: int) -> list[str]:
+  """Saved work run n threw away: a model restored from an older step than its newest usable
+  checkpoint, or a usable checkpoint gone after the run."""
+  lost = {}
+  for e in r.events:
+    if e["ev"] == "restore" and pathlib.Path(e["dir"]) in dirs:
+      i = dirs.index(pathlib.Path(e["dir"]))
+      if e["step"] < before[i]:
+        lost[i] = (f"run {n} restarted {dirs[i].name} at step {e['step']}, "
+                   f"its ckpt-{before[i]} was usable")
+  for i, (b, a) in enumerate(zip(before, after, strict=True)):
+    if a < b and i not in lost:
+      lost[i] = f"run {n} left {dirs[i].name} without its usable ckpt-{b} (newest usable: {a})"
+  return [lost[i] for i in sorted(lost)]
+
+
+class Pace:
+  """How fast runs go now compared with the reference run (the machine's load changes): the
+  median, over the latest runs of a kind, of their start-up time (process start to the
+  restore) over the reference run's. Timed kill moments are stretched by it."""
+
+  def __init__(self, refs: dict):
+    self._ref = {kind: ref["stats"]["restore_t"] for kind, ref in refs.items()}
+    self._ratios = collections.defaultdict(lambda: collections.deque(maxlen=5))
+    self._lock = threading.Lock()
+
+  def add(self, kind: str, events: list[dict]) -> None:
+    t = next((e["t"] for e in events if e["ev"] == "call" and e["hook"] == "restore"), None)
+    if t is not None and self._ref[kind] > 0:
+      with self._lock:
+        self._ratios[kind].append(t / self._ref[kind])
+
+  def timed(self, kind: str, kill: dict | None) -> dict | None:
+    """``kill`` with its delay stretched to the current pace."""
+    with self._lock:
+      ratios = sorted(self._ratios[kind])
+    factor = ratios[len(ratios) // 2] if ratios else 1.0
+    return None if kill is None else {**kill, "delay": round(kill["delay"] * factor, 4)}
+
+
+def run_trial(k: int, seed: int, kills: list[dict], data: pathlib.Path, ref: dict,
+              work: pathlib.Path, pace: Pace) -> Outcome:
+  """Kills and reruns one command until it completes, then checks it against the reference."""
+  out = Outcome(k, kind_of(k))
+  start = time.monotonic()
+  folder = runs.copy_data(data, out.kind, work / f"trial-{k}")
+  dirs, cmd = runs.model_dirs(out.kind, folder), runs.command(out.kind, folder)
+  pending = list(kills)
+  while True:  # until the kills are spent and a run completes
+    out.runs += 1
+    kill = pace.timed(out.kind, pending.pop(0) if pending else None)
+    before, since = [checks.usable_step(d) for d in dirs], time.time()
+    # a stop may take as long as a whole uninterrupted run (a SIGTERM while the first step is
+    # traced is read once the step runs), never longer
+    r = runs.run(cmd, kill, work / f"trial-{k}.run-{out.runs}.events",
+                 max(runs.STOP_SECONDS, ref["seconds"]))
+    (work / f"trial-{k}.run-{out.runs}.log").write_text(r.output, encoding="utf-8")
+    pace.add(out.kind, r.events)
+    check_run(out, r, dirs, before, ref["saves"])
+    if kill is not None and r.killed:
+      note = describe(kill)
+      out.problems["kill"] += [f"run {out.runs}: {p}" for p in
+                               runs.kill_problems(kill["fault"], kill["signal"], r)]
+      if kill["fault"] == "power cut" and r.returncode == -9:
+        note += f" ({checks.damage(dirs, since, random.Random(f'cut {seed} {k} {out.runs}'))})"
+      out.kills.append(note)
+      continue
+    if kill is not None:
+      out.kills.append(describe(kill) + " (not reached)")
+    if r.problem or r.returncode != 0:
+      last = r.output.strip().splitlines()[-1:] or ["no output"]
+      out.problems["exit"].append(f"run {out.runs}: {r.problem or f'exit status {r.returncode}'}"
+                                  f" ({last[0][:160]!r})")
+      break
+    if not pending:  # else the next kill goes to a rerun of the completed command
+      check_final(out, ref, folder, dirs)
+      break
+  out.seconds = time.monotonic() - start
+  return out
+
+
+def check_run(out: Outcome, r: runs.Run, dirs: list[pathlib.Path], before: list[int],
+              ref_saves: list[list[int]]) -> None:
+  """The checks of one run (before a power cut damages what it wrote): no traceback, no saved
+  work lost; after a restore, no unusable checkpoint newer than the one it chose left in place
+  and every checkpoint the reference run saved after that step saved again (up to the last
+  one this run saved)."""
+  where = runs.traceback_of(r.output)
+  if where:
+    out.problems["tracebacks"].append(f"run {out.runs}: {where}")
+  after = [checks.usable_step(d) for d in dirs]
+  out.problems["lost"] += lost_work(r, dirs, before, after, out.runs)
+  saved = collections.defaultdict(set)
+  for e in r.events:
+    if e["ev"] == "saved":
+      saved[pathlib.Path(e["dir"])].add(e["step"])
+  for e in r.events:
+    if e["ev"] != "restore" or pathlib.Path(e["dir"]) not in dirs:
+      continue
+    d, step = pathlib.Path(e["dir"]), e["step"]
+    bad = [s for s in checks.complete_steps(d)
+           if s > step and checks.unusable(str(d / f"ckpt-{s}"))]
+    if bad:
+      out.problems["latest"].append(f"run {out.runs} resumed {d.name} at step {step} and left "
+                                    f"the unusable ckpt-{bad[0]} in place")
+    last = max(saved[d], default=step)
+    missing = [s for s in ref_saves[dirs.index(d)] if step < s <= last and s not in saved[d]]
+    if missing:
+      out.problems["latest"].append(f"run {out.runs} resumed {d.name} at step {step} and did "
+                                    f"not save ckpt-{missing[0]} (the uninterrupted run does)")
+
+
+def guarded_trial(k: int, *args) -> Outcome:
+  """run_trial, with an error of the harness itself reported as the trial's failure."""
+  try:
+    return run_trial(k, *args)
+  except Exception as e:  # noqa: BLE001 -- one trial's line, the other trials go on
+    out = Outcome(k, kind_of(k))
+    out.problems["exit"].append(f"harness error: {type(e).__name__}: {e}")
+    return out
+
+
+def check_final(out: Outcome, ref: dict, folder: pathlib.Path, dirs: list[pathlib.Path]) -> None:
+  """The disk checks of a completed series (see the module docstring)."""
+  ref_dirs = runs.model_dirs(out.kind, ref["folder"])
+  finals = ref["finals"]
+  out.problems["weights"] += checks.weight_problems(ref_dirs, dirs, finals)
+  for d, final in zip(dirs, finals, strict=True):
+    out.problems["latest"] += checks.latest_problems(d, final)
+  if out.kind == "finetune":
+    out.problems["results"] += checks.result_problems(
+        ref["folder"] / "models" / runs.MODEL, folder / "models" / runs.MODEL, runs.TASK,
+        runs.FINETUNE["num_trials"])
+  out.problems["leftovers"] += [f"left {p}" for p in checks.leftovers(folder)]
+
+
+def reference(kind: str, data: pathlib.Path, work: pathlib.Path) -> dict:
+  """One uninterrupted run of ``kind`` with the injector recording: its folder, final steps and
+  call statistics."""
+  folder = runs.copy_data(data, kind, work / f"reference-{kind}")
+  r = runs.run(runs.command(kind, folder), None, work / f"reference-{kind}.events")
+  if r.returncode != 0 or runs.traceback_of(r.output):
+    sys.exit(f"chaos: the uninterrupted {kind} run failed (exit status {r.returncode}):\n"
+             + r.output[-3000:])
+  dirs = runs.model_dirs(kind, folder)
+  saves = [sorted(e["step"] for e in r.events if e["ev"] == "saved" and pathlib.Path(e["dir"]) == d)
+           for d in dirs]
+  return {"folder": folder, "finals": [checks.complete_steps(d)[0] for d in dirs],
+          "saves": saves, "stats": runs.reference_stats(r.events, r.seconds),
+          "seconds": r.seconds}
+
+
+def line(out: Outcome, n: int, seed: int) -> str:
+  head = f"trial {out.k:>{len(str(n))}}/{n} {out.kind:<8}"
+  what = (f"{len(out.kills)} kills, {out.runs} runs, {out.seconds:.0f} s: "
+          + "; ".join(out.kills))
+  if not out.failed:
+    return f"{head} ok: {what}"
+  found = "; ".join(f"{c}: {p}" for c in CHECKS for p in out.problems[c][:2])
+  return f"{head} FAIL {found} [{what}] replay: --seed {seed} --only {out.k}"
+
+
+def main() -> int:
+  p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+  p.add_argument("--trials", type=int, default=40)
+  p.add_argument("--seed", type=int, default=0)
+  p.add_argument("--only", default="", help="comma-separated trial numbers to run alone")
+  p.add_argument("--jobs", type=int, default=2, help="trials run at the same time")
+  p.add_argument("--shared", default=os.environ.get("ELECTRA_SHARED",
+                                                    str(runs.REPO.parent / "shared")),
+                 help="folder holding reference/ and data/ (default: ../shared)")
+  p.add_argument("--work_dir", default=None, help="default: a temporary folder")
+  p.add_argument("--keep", action="store_true", help="keep the work folder (kept on failure)")
+  args = p.parse_args()
+  chosen = sorted({int(x) for x in args.only.split(",") if x}) or list(
+      range(1, args.trials + 1))
+  n = max(args.trials, *chosen)
+  work = pathlib.Path(args.work_dir or tempfile.mkdtemp(prefix="chaos-"))
+  work.mkdir(parents=True, exist_ok=True)
+  runs.default_signals()
+  try:
+    return run_all(args, chosen, n, work)
+  finally:
+    runs.end_all()
+
+
+def run_all(args: argparse.Namespace, chosen: list[int], n: int, work: pathlib.Path) -> int:
+  """Builds the data, runs the reference runs, then the trials; prints and returns the verdict."""
+  started = time.monotonic()
+  runs.build_data(work / "data", pathlib.Path(args.shared))
+  kinds = sorted({kind_of(k) for k in chosen})
+  pool = concurrent.futures.ThreadPoolExecutor(max(1, args.jobs))
+  try:
+    refs = dict(zip(kinds, pool.map(lambda kd: reference(kd, work / "data", work), kinds),
+                    strict=True))
+    print(f"chaos: seed {args.seed}, {len(chosen)} trial(s); uninterrupted runs: "
+          + ", ".join(f"{kd} {refs[kd]['seconds']:.0f} s" for kd in kinds), flush=True)
+    pace = Pace(refs)
+    futures = {k: pool.submit(guarded_trial, k, args.seed,
+                              draw_kills(args.seed, k, refs[kind_of(k)]["stats"]),
+                              work / "data", refs[kind_of(k)], work, pace) for k in chosen}
+    outcomes = []
+    for k in chosen:
+      outcomes.append(futures[k].result())
+      print(line(outcomes[-1], n, args.seed), flush=True)
+  finally:
+    pool.shutdown(wait=False, cancel_futures=True)
+  return report(outcomes, work, args.keep, started)
+
+
+def report(outcomes: list[Outcome], work: pathlib.Path, keep: bool, started: float) -> int:
+  failed = [o for o in outcomes if o.failed]
+  counts = {c: sum(1 for o in outcomes if o.problems[c]) for c in CHECKS}
+  cpu = resource.getrusage(resource.RUSAGE_CHILDREN)
+  print(f"chaos: {(time.monotonic() - started) / 60:.1f} min, the runs' CPU "
+        f"{(cpu.ru_utime + cpu.ru_stime) / 60:.1f} min; trials failing each check: "
+        + ", ".join(f"{c} {counts[c]}" for c in CHECKS))
+  if failed or keep:
+    print(f"chaos: the runs' folders are kept in {work}")
+  else:
+    shutil.rmtree(work, ignore_errors=True)
+  identical = sum(1 for o in outcomes if not o.problems["weights"] and not o.problems["exit"])
+  tracebacks = sum(len(o.problems["tracebacks"]) for o in outcomes)
+  print(f"chaos: {identical}/{len(outcomes)} runs resumed bit-identical, {counts['lost']} lost, "
+        f"{tracebacks} tracebacks")
+  return 1 if failed else 0
+
+
+if __name__ == "__main__":
+  try:
+    sys.exit(main())
+  except KeyboardInterrupt:
+    sys.exit("chaos: interrupted; the runs in progress were ended")

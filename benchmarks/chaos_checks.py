@@ -1,0 +1,199 @@
+"""What benchmarks/chaos.py checks on disk once a killed run series completes, against one
+uninterrupted run of the same command; and the damage a power cut leaves.
+
+Each check returns a list of one-line problems (empty: passed). Checkpoints are read with
+``tf.train.load_checkpoint``, independently of the library's own resume code.
+"""
+
+from __future__ import annotations
+
+import os
+import pathlib
+import pickle
+import random
+import re
+
+import numpy as np
+
+_INDEX = re.compile(r"^ckpt-(\d+)\.index$")
+_DATA = re.compile(r"^ckpt-(\d+)\.data-\d+-of-(\d+)$")
+# leftovers of interrupted writes: atomic_io's hidden siblings, TF's checkpoint temp folders
+# and state-file temp names, input-state temp folders, write probes, non-chief scratch folders
+_LEFTOVER = re.compile(r"^\..*\.tmp-|_temp(_[0-9a-f]+)?$|_temp/|\.tmp[0-9a-f]{32}$|"
+                       r"^ckpt-\d+\.tmp-[0-9a-f]+$|^\.tmp-|^\.write_probe_|^worker_tmp_\d+$")
+_SKIPPED = ("save_counter", "_CHECKPOINTABLE_OBJECT_GRAPH")  # differ with the number of saves
+
+
+def _first_line(error: BaseException) -> str:
+  text = str(error).strip().splitlines()
+  return f"{type(error).__name__}: {text[0][:100]}" if text else type(error).__name__
+
+
+def complete_steps(model_dir: pathlib.Path) -> list[int]:
+  """Steps of the complete ``ckpt-N`` (index and every data shard) in model_dir, newest first."""
+  if not model_dir.is_dir():
+    return []
+  names = set(os.listdir(model_dir))
+  steps = []
+  for name in names:
+    m = _INDEX.match(name)
+    if m:
+      shards = [_DATA.match(n) for n in names if n.startswith(f"ckpt-{m.group(1)}.data-")]
+      if shards and all(shards) and len(shards) == int(shards[0].group(2)):
+        steps.append(int(m.group(1)))
+  return sorted(steps, reverse=True)
+
+
+def tensors(prefix: str, every: bool = False) -> dict[str, np.ndarray]:
+  """The saved tensors of a checkpoint; unless ``every``, not the save counter and object graph
+  (which differ with the number of saves)."""
+  import tensorflow as tf
+
+  reader = tf.train.load_checkpoint(prefix)
+  return {k: reader.get_tensor(k) for k in reader.get_variable_to_shape_map()
+          if every or not any(s in k for s in _SKIPPED)}
+
+
+def unusable(prefix: str) -> str | None:
+  """Why a checkpoint cannot be resumed from (unreadable, NaN or Inf), or None."""
+  try:
+    values = tensors(prefix, every=True)
+  except Exception as e:  # noqa: BLE001 -- any read error makes it unusable
+    return f"unreadable ({_first_line(e)})"
+  for k, v in values.items():
+    v = np.asarray(v)  # the object graph is bytes
+    if v.dtype.kind == "f" and not np.all(np.isfinite(v)):
+      return f"{k} holds NaN or Inf"
+  return None
+
+
+def usable_step(model_dir: pathlib.Path) -> int:
+  """Step of the newest checkpoint a resume can use (complete, readable, finite), else 0."""
+  for step in complete_steps(model_dir):
+    if unusable(str(model_dir / f"ckpt-{step}")) is None:
+      return step
+  return 0
+
+
+def latest_problems(model_dir: pathlib.Path, final: int) -> list[str]:
+  """The state file and the newest complete checkpoint name ckpt-<final>, which is usable."""
+  problems = []
+  state = model_dir / "checkpoint"
+  named = re.search(r'^model_checkpoint_path: "(.*)"', state.read_text(), re.M) \
+      if state.exists() else None
+  if not named or os.path.basename(named.group(1)) != f"ckpt-{final}":
+    problems.append(f"{state} names {named.group(1) if named else 'nothing'}, not ckpt-{final}")
+  steps = complete_steps(model_dir)
+  if not steps or steps[0] != final:
+    problems.append(f"the newest complete checkpoint in {model_dir.name} is "
+                    f"{f'ckpt-{steps[0]}' if steps else 'none'}, not ckpt-{final}")
+  for step in steps[:1]:
+    why = unusable(str(model_dir / f"ckpt-{step}"))
+    if why:
+      problems.append(f"the latest checkpoint {model_dir.name}/ckpt-{step} is {why}")
+  return problems
+
+
+def same_tensors(want_prefix: str, got_prefix: str, what: str) -> list[str]:
+  """Bit-identical tensors (every name, dtype, shape and value), or the first difference."""
+  try:
+    got = tensors(got_prefix)
+  except Exception as e:  # noqa: BLE001
+    return [f"{what} unreadable ({_first_line(e)})"]
+  want = tensors(want_prefix)
+  if sorted(got) != sorted(want):
+    return [f"{what}: tensors {sorted(set(got) ^ set(want))[:3]} not in both"]
+  for k in sorted(want):
+    a, b = want[k], got[k]
+    if a.dtype != b.dtype or a.shape != b.shape or a.tobytes() != b.tobytes():
+      diff = np.max(np.abs(a.astype(np.float64) - b.astype(np.float64))) \
+          if a.shape == b.shape and a.dtype.kind in "fi" else "shape"
+      return [f"{what}: {k} differs (max |diff| {diff})"]
+  return []
+
+
+def weight_problems(ref_dirs: list[pathlib.Path], got_dirs: list[pathlib.Path],
+                    finals: list[int]) -> list[str]:
+  """Final checkpoint (model, optimizer slots, step) and, for fine-tuning, the official-name tf1/
+  copy of every model dir, bit-identical to the uninterrupted run's."""
+  problems = []
+  for ref, got, final in zip(ref_dirs, got_dirs, finals, strict=True):
+    name = f"{got.parent.name}/{got.name}" if got.parent.name != "models" else got.name
+    if not (got / f"ckpt-{final}.index").exists():
+      problems.append(f"{name}/ckpt-{final} missing")
+      continue
+    problems += same_tensors(str(ref / f"ckpt-{final}"), str(got / f"ckpt-{final}"),
+                             f"{name}/ckpt-{final}")
+    if (ref / "tf1").is_dir():
+      problems += same_tensors(str(ref / "tf1" / "model.ckpt"), str(got / "tf1" / "model.ckpt"),
+                               f"{name}/tf1/model.ckpt")
+  return problems
+
+
+def result_problems(ref_home: pathlib.Path, got_home: pathlib.Path, task: str,
+                    num_trials: int) -> list[str]:
+  """Every trial's dev result present exactly once and equal to the uninterrupted run's (the
+  results .json, .txt, .pkl) and the same test predictions."""
+  import json
+
+  problems = []
+  path = got_home / "results" / f"{task}_results.json"
+  try:
+    got = json.loads(path.read_text())
+  except (OSError, ValueError) as e:
+    return [f"{path.name} unreadable ({type(e).__name__})"]
+  want = json.loads((ref_home / "results" / path.name).read_text())
+  trials = got.get("trials", [])
+  if len(trials) != num_trials or got.get("num_trials") != num_trials:
+    problems.append(f"{path.name} holds {len(trials)} trial results (num_trials "
+                    f"{got.get('num_trials')}), not {num_trials}")
+  elif got != want:
+    problems.append(f"{path.name} differs from the uninterrupted run's")
+  for name in (f"{task}_results.txt", f"{task}_results.pkl", f"{task}_predictions.tsv"):
+    folder = "test_predictions" if name.endswith(".tsv") else "results"
+    a, b = ref_home / folder / name, got_home / folder / name
+    if not b.exists():
+      problems.append(f"{folder}/{name} missing")
+    elif name.endswith(".pkl"):
+      try:
+        if pickle.loads(b.read_bytes()) != pickle.loads(a.read_bytes()):
+          problems.append(f"{name} differs from the uninterrupted run's")
+      except Exception as e:  # noqa: BLE001
+        problems.append(f"{name} unreadable ({type(e).__name__})")
+    elif a.read_bytes() != b.read_bytes():
+      problems.append(f"{folder}/{name} differs from the uninterrupted run's")
+  return problems
+
+
+def leftovers(root: pathlib.Path) -> list[str]:
+  """Temporary files and folders left under root, and partial checkpoints (data without an
+  index), as paths relative to root."""
+  found = []
+  for folder, dirs, files in os.walk(root):
+    for name in dirs + files:
+      rel = os.path.relpath(os.path.join(folder, name), root)
+      m = _DATA.match(name)
+      if _LEFTOVER.search(name) or (m and f"ckpt-{m.group(1)}.index" not in files):
+        found.append(rel)
+    dirs[:] = [d for d in dirs if not _LEFTOVER.search(d)]
+  return sorted(found)
+
+
+def damage(model_dirs: list[pathlib.Path], since: float, rng: random.Random) -> str:
+  """A power cut: the newest complete checkpoint written since ``since`` (epoch seconds) loses
+  the end of its data file or of its index, as unflushed pages do; returns what was cut."""
+  newest = []
+  for d in model_dirs:
+    for step in complete_steps(d)[:1]:
+      index = d / f"ckpt-{step}.index"
+      if index.stat().st_mtime >= since:
+        newest.append((index.stat().st_mtime, d, step))
+  if not newest:
+    return "nothing written to cut"
+  _, d, step = max(newest)
+  victim = rng.choice(sorted(d.glob(f"ckpt-{step}.data-*")) + [d / f"ckpt-{step}.index"])
+  size = victim.stat().st_size
+  keep = int(size * rng.uniform(0.0, 0.9))
+  with open(victim, "r+b") as f:
+    f.truncate(keep)
+  return f"{victim.name} cut to {keep} of {size} bytes"

@@ -1,0 +1,272 @@
+"""The runs benchmarks/chaos.py kills: their data, their commands, one process run with a kill
+plan, and what its output says about the kill (see benchmarks/chaos.py)."""
+
+from __future__ import annotations
+
+import csv
+import dataclasses
+import importlib.util
+import json
+import os
+import pathlib
+import re
+import shutil
+import signal
+import string
+import subprocess
+import sys
+import threading
+import time
+
+REPO = pathlib.Path(__file__).resolve().parents[1]
+INJECT = pathlib.Path(__file__).resolve().parent / "chaos_inject"
+
+
+def _injector():
+  """The injector module, loaded under its own name (not as this process's sitecustomize); it
+  does nothing in a process without a plan."""
+  spec = importlib.util.spec_from_file_location("chaos_inject", INJECT / "sitecustomize.py")
+  module = importlib.util.module_from_spec(spec)
+  spec.loader.exec_module(module)
+  return module
+
+
+_INJECTOR = _injector()
+ENV, HOOKS, MARKER = _INJECTOR.ENV, _INJECTOR.HOOKS, _INJECTOR.MARKER
+
+MODEL = "chaos"
+TASK = "movie_reviews"
+# A character vocabulary keeps the embeddings, the generator's softmax and the saves small.
+CHARS = string.ascii_lowercase + string.digits + string.punctuation
+CHAR_VOCAB = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]", *CHARS, *("##" + c for c in CHARS)]
+TINY = {"model_hparam_overrides": {"hidden_size": 32, "num_hidden_layers": 1,
+                                   "num_attention_heads": 2, "intermediate_size": 64},
+        "embedding_size": 16, "max_seq_length": 32, "train_batch_size": 8,
+        "vocab_size": len(CHAR_VOCAB)}
+PRETRAIN = {**TINY, "num_train_steps": 200, "iterations_per_loop": 10,
+            "save_checkpoints_steps": 10, "keep_checkpoint_max": 3, "num_warmup_steps": 10,
+            "seed": 7}
+FINETUNE = {**TINY, "eval_batch_size": 16, "init_checkpoint": None, "task_names": [TASK],
+            "num_trials": 2, "keep_all_models": True, "num_train_epochs": 4.0,
+            "iterations_per_loop": 4, "save_checkpoints_steps": 4, "write_test_outputs": True,
+            "seed": 5}
+KINDS = ("pretrain", "finetune")
+STOP_SECONDS = 60  # from a SIGINT / SIGTERM to the end of the process, at least
+RUN_SECONDS = 900  # a whole run, on a loaded machine
+SHORT = 300  # characters: the one line a kill may print
+STEP_LINE = re.compile(r"^\d+/\d+ = ")
+SAVED_LINE = re.compile(r"^Saved \S+$")
+TRACEBACK = re.compile(r"Traceback \(most recent call last\)|^Exception ignored", re.M)
+
+
+def build_data(root: pathlib.Path, shared: pathlib.Path) -> None:
+  """``root/pretrain``: the character vocab.txt + 2 TFRecord shards of length 32 from the
+  reference corpus (3 novels' first chapters); ``root/finetune``: vocab.txt + a user task
+  (task.json, CSV) of real SST-2 rows: 64 train, 32 dev, 16 test (further dev rows)."""
+  sys.path.insert(0, str(REPO))
+  from data_prep import build_pretraining_dataset as bpd
+
+  vocab = "".join(t + "\n" for t in CHAR_VOCAB)
+  pre = root / "pretrain"
+  pre.mkdir(parents=True)
+  (pre / "vocab.txt").write_text(vocab, encoding="utf-8")
+  bpd.build(bpd.BuildArgs(corpus_dir=str(shared / "reference" / "pretrain_data" / "corpus"),
+                          vocab_file=str(pre / "vocab.txt"),
+                          output_dir=str(pre / "pretrain_tfrecords"), max_seq_length=32,
+                          num_out_files=2, seed=1))
+  task = root / "finetune" / "finetuning_data" / TASK
+  task.mkdir(parents=True)
+  (root / "finetune" / "vocab.txt").write_text(vocab, encoding="utf-8")
+  (task / "task.json").write_text(json.dumps(
+      {"type": "classification", "text_a": "review", "text_b": None, "label": "sentiment",
+       "id": "review_id"}), encoding="utf-8")
+  glue = shared / "data" / "glue" / "SST-2"
+  train = _tsv(glue / "train.tsv")[1:65]
+  dev = _tsv(glue / "dev.tsv")
+  for name, header, rows in (
+      ("train", ["sentiment", "review"], [[label, text] for text, label in train]),
+      ("dev", ["sentiment", "review"], [[label, text] for text, label in dev[1:33]]),
+      ("test", ["review_id", "review", "sentiment"],
+       [[f"r{i}", text, label] for i, (text, label) in enumerate(dev[33:49])])):
+    with open(task / f"{name}.csv", "w", encoding="utf-8", newline="") as f:
+      csv.writer(f).writerows([header, *rows])
+
+
+def _tsv(path: pathlib.Path) -> list[list[str]]:
+  with open(path, encoding="utf-8-sig") as f:
+    return [line.split("\t") for line in f.read().splitlines()]
+
+
+def copy_data(data: pathlib.Path, kind: str, dest: pathlib.Path) -> pathlib.Path:
+  """A fresh data_dir of ``kind`` for one run series (no models/ yet)."""
+  shutil.copytree(data / kind, dest)
+  return dest
+
+
+def command(kind: str, data_dir: pathlib.Path) -> list[str]:
+  if kind == "pretrain":
+    return [sys.executable, str(REPO / "run_pretraining.py"), "--data-dir", str(data_dir),
+            "--model-name", MODEL, "--hparams", json.dumps(PRETRAIN)]
+  hparams = {**FINETUNE, "vocab_file": str(data_dir / "vocab.txt")}
+  return [sys.executable, str(REPO / "run_finetuning.py"), "--data-dir", str(data_dir),
+          "--model-name", MODEL, "--hparams", json.dumps(hparams)]
+
+
+def model_dirs(kind: str, data_dir: pathlib.Path) -> list[pathlib.Path]:
+  """The checkpoint folders a run of ``kind`` writes (fine-tuning: one per trial)."""
+  home = data_dir / "models" / MODEL
+  if kind == "pretrain":
+    return [home]
+  return [home / "finetuning_models" / f"{TASK}_model_{t}"
+          for t in range(1, FINETUNE["num_trials"] + 1)]
+
+
+@dataclasses.dataclass
+class Run:
+  """One process: its exit status, output (marker line included), events, timings."""
+
+  returncode: int
+  output: str
+  events: list[dict]
+  seconds: float
+  killed: bool  # the marker was printed: the planned kill fired
+  stop_seconds: float | None = None  # from the marker to the end of the process
+  problem: str | None = None  # the harness had to end it: a hang
+
+
+LIVE: set[subprocess.Popen] = set()  # the runs in progress, ended by end_all
+
+
+def default_signals() -> None:
+  """Lets the runs get SIGINT and SIGTERM as a terminal would deliver them: an ignored signal
+  stays ignored in a child (a shell starts background jobs with SIGINT ignored), a handled one
+  is reset to its default. Main thread only."""
+  signal.signal(signal.SIGINT, signal.default_int_handler)
+  if signal.getsignal(signal.SIGTERM) == signal.SIG_IGN:
+    signal.signal(signal.SIGTERM, signal.SIG_DFL)
+
+
+STOPPING = threading.Event()
+
+
+def end_all() -> None:
+  """SIGKILLs the runs in progress and refuses new ones (the harness itself is stopping)."""
+  STOPPING.set()
+  for proc in list(LIVE):
+    proc.kill()
+
+
+def run(cmd: list[str], kill: dict | None, events: pathlib.Path,
+        stop_seconds: float = STOP_SECONDS) -> Run:
+  """Runs ``cmd`` with the injector and ``kill`` planned; SIGKILLs it ``stop_seconds`` after a
+  marker or RUN_SECONDS after its start, saying so in ``problem``."""
+  if STOPPING.is_set():
+    raise RuntimeError("the harness is stopping")
+  events.unlink(missing_ok=True)
+  env = {**os.environ, "PYTHONUNBUFFERED": "1",
+         ENV: json.dumps({"events": str(events), "kill": kill}),
+         "PYTHONPATH": os.pathsep.join(filter(None, [str(INJECT), os.environ.get("PYTHONPATH")]))}
+  start = time.monotonic()
+  proc = subprocess.Popen(cmd, cwd=REPO, env=env, stdout=subprocess.PIPE,
+                          stderr=subprocess.STDOUT)
+  LIVE.add(proc)
+  chunks: list[bytes] = []
+  marked: list[float] = []
+
+  def read() -> None:
+    for chunk in iter(lambda: proc.stdout.read1(65536), b""):
+      chunks.append(chunk)
+      if not marked and MARKER.encode() in b"".join(chunks[-2:]):
+        marked.append(time.monotonic())
+
+  reader = threading.Thread(target=read, daemon=True)
+  reader.start()
+  problem = None
+  while proc.poll() is None:
+    now = time.monotonic()
+    if marked and now - marked[0] > stop_seconds:
+      problem = f"still running {stop_seconds:.0f} s after the kill"
+    elif now - start > RUN_SECONDS:
+      problem = f"still running after {RUN_SECONDS} s"
+    if problem:
+      proc.send_signal(signal.SIGKILL)
+      break
+    time.sleep(0.05)
+  proc.wait()
+  LIVE.discard(proc)
+  reader.join(timeout=30)
+  end = time.monotonic()
+  output = b"".join(chunks).decode("utf-8", errors="replace")
+  recorded = []
+  if events.exists():
+    recorded = [json.loads(line) for line in events.read_text().splitlines() if line.strip()]
+  return Run(proc.returncode, output, recorded, end - start, MARKER in output,
+             end - marked[0] if marked else None, problem)
+
+
+def after_kill(output: str) -> list[str]:
+  """The non-empty lines printed after the kill marker (a line the marker split counts once)."""
+  i = output.find(MARKER)
+  if i < 0:
+    return []
+  rest = output[i + len(MARKER):]
+  return [line for line in rest.splitlines() if line.strip()]
+
+
+EXPECTED_STATUS = {"SIGKILL": {-9}, "SIGTERM": {143, -15}, "SIGINT": {130, -2}}
+
+
+def kill_problems(fault: str, signal_name: str, r: Run) -> list[str]:
+  """What is wrong with how a killed run ended: its exit status, the time it took to stop, the
+  lines the kill caused: at most one line of at most SHORT characters, besides what a first
+  SIGINT / SIGTERM lets finish (the progress line of the step in progress, the ``Saved`` lines
+  of a save in progress and of the stop's save)."""
+  if r.problem:
+    return [f"{fault}: {r.problem}"]
+  lines = after_kill(r.output)
+  steps = sum(1 for line in lines if STEP_LINE.match(line))
+  saves = sum(1 for line in lines if SAVED_LINE.match(line))
+  other = [line for line in lines if not (STEP_LINE.match(line) or SAVED_LINE.match(line))]
+  went_on = steps > 1 or saves > 2
+  problems = []
+  if r.returncode == 0 and (other or went_on):
+    problems.append(f"{fault}: the run went on and ended with status 0 ({len(lines)} lines "
+                    f"after the signal, the last: {lines[-1][:100]!r})")
+  elif r.returncode not in EXPECTED_STATUS[signal_name] | {0}:
+    problems.append(f"{fault}: exit status {r.returncode} "
+                    f"({other[-1][:160] if other else 'no output'!r})")
+  elif went_on:
+    problems.append(f"{fault}: the run went on for {steps} progress lines and {saves} saves "
+                    "after the signal")
+  if len(other) > 1 and r.returncode != 0:
+    problems.append(f"{fault}: {len(other)} lines after the signal: "
+                    + " | ".join(line[:100] for line in other[:3]))
+  long = [line for line in other if len(line) > SHORT]
+  if long:
+    problems.append(f"{fault}: a {len(long[0])}-character line after the signal")
+  return problems
+
+
+def traceback_of(output: str) -> str | None:
+  """The first line of a traceback (or an 'Exception ignored' report) in ``output``, with the
+  exception line that ends it, else None."""
+  m = TRACEBACK.search(output)
+  if not m:
+    return None
+  tail = output[m.start():].splitlines()
+  last = next((line for line in tail[1:] if line and not line.startswith(" ")), tail[0])
+  return last.strip()[:160]
+
+
+def reference_stats(events: list[dict], seconds: float) -> dict:
+  """What kill moments are drawn from: the run's length, when its restore happened, and per hook
+  the duration of each call (hooks never called are left out)."""
+  calls: dict[str, list[float]] = {}
+  restore_t = 0.0
+  for e in events:
+    if e["ev"] == "call":
+      calls.setdefault(e["hook"], []).append(e["dt"])
+      if e["hook"] == "restore" and not restore_t:
+        restore_t = e["t"]
+  return {"seconds": seconds, "restore_t": restore_t,
+          "calls": {h: calls[h] for h in HOOKS if h in calls}}
