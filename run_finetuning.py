@@ -23,6 +23,11 @@ This script only parses flags; the work is ``electra_tf.finetuning.trials.run_fi
 
 from __future__ import annotations
 
+from electra_tf import early_interrupt  # noqa: I001 -- first: Ctrl-C while loading is one line
+
+if __name__ == "__main__":
+  early_interrupt.install()
+
 import os
 import sys
 from collections.abc import Sequence

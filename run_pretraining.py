@@ -45,6 +45,11 @@ scalar; ``electra_tf/pretraining/collapse.py``, docs/collapse.md).
 
 from __future__ import annotations
 
+from electra_tf import early_interrupt  # noqa: I001 -- first: Ctrl-C while loading is one line
+
+if __name__ == "__main__":
+  early_interrupt.install()
+
 import os
 import sys
 import time

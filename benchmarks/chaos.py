@@ -5,7 +5,8 @@ reruns each until it completes, and checks that nothing was lost.
 
 Trial K (odd: pre-training, even: fine-tuning) draws from (seed, K) 2-4 kills, each a fault
 (SIGKILL, SIGINT, SIGTERM, two SIGINTs, or a power cut: SIGKILL, then the newest checkpoint
-loses the end of its data or index file) at a moment: a time since the process started, or
+loses the end of its data or index file) at a moment: a time since the process started
+(from 0.1 s on: before that Python itself starts), or
 before, during or after the k-th call of a function that writes (a checkpoint save, an input
 state save, an atomic file write, the fine-tuning results, test predictions, feature cache or
 official-name copy, the start of a trial, an rmtree, the dev evaluation). The run series starts
@@ -60,6 +61,7 @@ import chaos_checks as checks  # noqa: E402
 import chaos_runs as runs  # noqa: E402
 
 FAULTS = {"SIGKILL": 30, "SIGINT": 20, "SIGTERM": 20, "SIGINT x2": 15, "power cut": 15}
+FIRST_MOMENT = 0.1  # s: before it Python itself starts (a Ctrl-C then is its own traceback)
 STEP_HOOKS = {"ckpt_save", "input_state_save", "rmtree"}  # called again for each step saved
 CHECKS = ("weights", "latest", "results", "lost", "leftovers", "tracebacks", "kill", "exit")
 
@@ -85,7 +87,8 @@ def draw_kills(seed: int, k: int, stats: dict) -> list[dict]:
     calls = stats["calls"]
     if at_start or not calls:
       span = stats["restore_t"] + (stats["seconds"] - stats["restore_t"]) * left
-      kill.update(at="start", call=0, when="during", delay=round(u * span, 3))
+      kill.update(at="start", call=0, when="during",
+                  delay=round(FIRST_MOMENT + u * max(span - FIRST_MOMENT, 0.0), 3))
     else:
       hook = sorted(calls)[int(hook_u * len(calls))]
       n = max(1, math.ceil(len(calls[hook]) * left)) if hook in STEP_HOOKS else len(calls[hook])

@@ -56,6 +56,7 @@ RUN_SECONDS = 900  # a whole run, on a loaded machine
 SHORT = 300  # characters: the one line a kill may print
 STEP_LINE = re.compile(r"^\d+/\d+ = ")
 SAVED_LINE = re.compile(r"^Saved \S+$")
+REJECTED_LINE = re.compile(r"^Warning: checkpoint \S+ .*; moved it to \S+")  # set aside
 TRACEBACK = re.compile(r"Traceback \(most recent call last\)|^Exception ignored", re.M)
 
 
@@ -220,13 +221,15 @@ def kill_problems(fault: str, signal_name: str, r: Run) -> list[str]:
   """What is wrong with how a killed run ended: its exit status, the time it took to stop, the
   lines the kill caused: at most one line of at most SHORT characters, besides what a first
   SIGINT / SIGTERM lets finish (the progress line of the step in progress, the ``Saved`` lines
-  of a save in progress and of the stop's save)."""
+  of a save in progress and of the stop's save, the line of a checkpoint the restore in
+  progress moved aside)."""
   if r.problem:
     return [f"{fault}: {r.problem}"]
   lines = after_kill(r.output)
   steps = sum(1 for line in lines if STEP_LINE.match(line))
   saves = sum(1 for line in lines if SAVED_LINE.match(line))
-  other = [line for line in lines if not (STEP_LINE.match(line) or SAVED_LINE.match(line))]
+  other = [line for line in lines
+           if not (STEP_LINE.match(line) or SAVED_LINE.match(line) or REJECTED_LINE.match(line))]
   went_on = steps > 1 or saves > 2
   problems = []
   if r.returncode == 0 and (other or went_on):

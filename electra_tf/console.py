@@ -23,6 +23,8 @@ import traceback
 import warnings
 from collections.abc import Callable, Iterator, Sequence
 
+from electra_tf import early_interrupt
+
 # A line written by TensorFlow's C++ logging or by absl (C++ or Python):
 # "2026-01-01 12:00:00.123456: I tensorflow/...", "I0000 00:00:17... file.cc:12] ...",
 # "WARNING: All log messages before absl::InitializeLog() ...".
@@ -127,6 +129,7 @@ def quiet(argv: Sequence[str] | None = None) -> bool:
   """
   global _verbose
   verbose = _verbose = verbose_requested(argv)
+  early_interrupt.install()
   if verbose:
     os.environ["TF_CPP_MIN_LOG_LEVEL"] = "0"
   else:
@@ -256,6 +259,7 @@ def one_line_errors(prog: str, verbose: bool = False) -> Iterator[None]:
   every worker saved) ends the process right after its line, skipping interpreter teardown.
   ``SystemExit`` passes through unchanged.
   """
+  early_interrupt.uninstall()
   try:
     yield
   except SystemExit:

@@ -148,6 +148,22 @@ def test_reruns_reuse_recorded_trials_and_move_aside_work_of_other_settings(
   models = data / "models" / "m" / "finetuning_models"
   assert not list(models.rglob("*.rejected-*"))
 
+  # a power cut after trial 1's record cut its kept checkpoint: one line, the checkpoint moved
+  # aside, the trial trained again to the same weights and results; trial 2 stays recorded
+  folder = models / "rte_model_1"
+  want = _weights(folder)
+  final = pathlib.Path(tf.train.latest_checkpoint(str(folder)))
+  data_file = next(folder.glob(f"{final.name}.data-*"))
+  data_file.write_bytes(data_file.read_bytes()[:data_file.stat().st_size // 2])
+  again, log = run(num_trials=2)
+  assert again == both
+  assert re.search(rf"^Trial 1/2 finished earlier, but its checkpoint \S+/{final.name} is "
+                   rf"corrupt or truncated \(.+\); moved it to \S+/{final.name}\.rejected; "
+                   "training the trial again", log, re.M), log
+  assert "Start training: model=m, trial 1/2" in log and "Trial 2/2 finished earlier" in log
+  got = _weights(folder)
+  assert sorted(got) == sorted(want) and all(np.array_equal(got[k], want[k]) for k in want)
+
   # another learning rate: one line naming it, the old work moved aside, trained afresh
   _, log = run(num_trials=2, learning_rate=2e-4)
   lines = [line for line in log.splitlines() if line.startswith("Settings changed")]

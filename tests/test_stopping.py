@@ -8,6 +8,7 @@ from __future__ import annotations
 import json
 import os
 import pathlib
+import random
 import re
 import shutil
 import signal
@@ -98,6 +99,23 @@ def test_a_second_signal_exits_at_once_without_saving(tmp_path):
 
 
 # ----- no poisoned checkpoint ------------------------------------------------------------------
+
+
+def test_ctrl_c_while_a_script_loads_is_one_line(tmp_path):
+  """SIGINT at a random moment while each script imports its libraries (TensorFlow takes
+  seconds): the one line and status 130, never a traceback from inside an import."""
+  for script in ("run_pretraining.py", "run_finetuning.py"):
+    moment = random.uniform(0.05, 1.0)
+    proc = subprocess.Popen(
+        [sys.executable, str(REPO_ROOT / script), "--data_dir", str(tmp_path),
+         "--model_name", "m"], cwd=REPO_ROOT, env=ENV, stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT, text=True,
+        preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))  # as a terminal's
+    time.sleep(moment)
+    proc.send_signal(signal.SIGINT)
+    out = procs.finish(proc, timeout=60)
+    assert (proc.returncode, out.strip()) == (130, f"{script}: interrupted"), (
+        f"SIGINT {moment:.2f} s after the start: {out[-2000:]}")
 
 
 @pytest.mark.slow

@@ -41,7 +41,7 @@ HOOKS = {
   "restore": ("electra_tf.training.loop", "Trainer.restore_or_initialize"),
   "atomic_write": ("electra_tf.atomic_io", "write_bytes"),
   "features_write": ("electra_tf.finetuning.features", "write_tfrecord"),
-  "trial_dir": ("electra_tf.finetuning.trials", "prepare_trial_dir"),
+  "trial_dir": ("electra_tf.finetuning.trials", "TrialBook.prepare_dir"),
   "evaluate": ("electra_tf.finetuning.runner", "ModelRunner.evaluate"),
   "results_write": ("electra_tf.finetuning.outputs", "write_results"),
   "test_outputs": ("electra_tf.finetuning.runner", "ModelRunner.write_test_outputs"),
@@ -103,10 +103,17 @@ def _fire() -> None:
       except (OSError, ValueError):
         pass
     os.write(1, f"{MARKER}\n".encode())
-    os.kill(os.getpid(), signum)
+    _signal(signum)
   for _ in range(int(_KILL.get("repeat", 1)) - 1):
     time.sleep(float(_KILL.get("gap", 0.0)))
-    os.kill(os.getpid(), signum)
+    _signal(signum)
+
+
+def _signal(signum: int) -> None:
+  """Sends ``signum`` to the main thread, where a terminal's Ctrl-C lands: sent to the process
+  from a timer thread, the kernel may hand it to that thread, and the main thread (waiting for
+  the output lock) would first finish a write it had not started when the signal came."""
+  signal.pthread_kill(threading.main_thread().ident, signum)
 
 
 def _later(delay: float) -> None:

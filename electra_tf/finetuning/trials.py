@@ -30,14 +30,14 @@ import tf_keras
 
 from electra_tf import atomic_io, checkpoints, training
 from electra_tf.config import FinetuningConfig
-from electra_tf.console import log
+from electra_tf.console import error_line, log
 from electra_tf.finetuning import outputs, registry, run_settings
 from electra_tf.finetuning.features import key_changes
 from electra_tf.finetuning.preprocessing import Preprocessor, make_examples_fn
 from electra_tf.finetuning.runner import ModelRunner
 from electra_tf.reading import model_source
 from electra_tf.reading.model_dir import write_model_files
-from electra_tf.training import checkpointing
+from electra_tf.training import checkpoint_files, checkpointing
 
 SETTINGS_FILE = "trial_settings.json"  # in a trial's folder: the settings it is trained with
 SETTINGS_FORMAT = 1
@@ -151,7 +151,9 @@ class TrialBook:
           f"{', '.join(moved)}; those trials start afresh")
 
   def finished(self, trial: int) -> dict[str, Any] | None:
-    """The trial's record when it holds everything this run would compute, else None."""
+    """The trial's record when it holds everything this run would compute, else None (also
+    when its kept model's newest checkpoint does not read back: moved aside, said in one line,
+    the trial trains again from its newest usable checkpoint)."""
     c, record = self.config, _read_json(self.record_path(trial))
     if not isinstance(record, dict) or record.get("settings") != self.settings(trial):
       return None
@@ -161,6 +163,17 @@ class TrialBook:
       test_dir = self._test_dir(trial)
       written = record.get("test_outputs")
       if written is None or not all(os.path.isfile(os.path.join(test_dir, p)) for p in written):
+        return None
+    if c.keep_all_models or trial == c.num_trials:  # its model is kept: it must read back
+      latest = checkpoint_files.latest_checkpoint(self.trial_dir(trial))
+      problem = latest and checkpoint_files.unusable(latest)
+      if problem:  # e.g. a power cut after the record: the model is trained again, not lost
+        try:
+          moved = f"moved it to {checkpoint_files.reject(latest)}"
+        except (tf.errors.OpError, OSError) as e:
+          moved = f"could not move it aside ({error_line(e, name_type=False)})"
+        log(f"Trial {trial}/{c.num_trials} finished earlier, but its {problem}; {moved}; "
+            "training the trial again from its newest usable checkpoint")
         return None
     return record
 

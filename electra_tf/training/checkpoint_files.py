@@ -13,8 +13,10 @@ import os
 import re
 import shutil
 
+import numpy as np
 import tensorflow as tf
 
+from electra_tf import checkpoints
 from electra_tf.training import input_state
 
 _TEMP_DIR_RE = re.compile(r"^ckpt-(\d+)_temp$")
@@ -47,6 +49,22 @@ def latest_checkpoint(model_dir: str) -> str | None:
   """Prefix of the newest complete `ckpt-<N>` in model_dir (see module docstring), or None."""
   found = complete_checkpoints(model_dir)
   return found[0] if found else None
+
+
+def unusable(prefix: str) -> str | None:
+  """Why the checkpoint at ``prefix`` cannot be resumed from, read from its files alone (no
+  model needed), worded as a resume's rejection is: a tensor that does not read back (a
+  truncated or damaged file) or a floating-point one holding NaN or Inf; None if usable."""
+  try:
+    with checkpoints.reading(prefix):
+      reader = tf.train.load_checkpoint(prefix)
+      for name in sorted(reader.get_variable_to_shape_map()):
+        value = np.asarray(reader.get_tensor(name))  # the object graph is bytes
+        if value.dtype.kind == "f" and not np.isfinite(value).all():
+          return f"checkpoint {prefix} holds NaN or Inf values ({name})"
+  except checkpoints.CorruptCheckpointError as e:
+    return str(e)
+  return None
 
 
 def write_state_file(model_dir: str) -> None:
