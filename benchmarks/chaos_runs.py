@@ -56,6 +56,7 @@ RUN_SECONDS = 900  # a whole run, on a loaded machine
 SHORT = 300  # characters: the one line a kill may print
 STEP_LINE = re.compile(r"^\d+/\d+ = ")
 SAVED_LINE = re.compile(r"^Saved \S+$")
+HEADING_RULE = re.compile(r"^=+$")
 REJECTED_LINE = re.compile(r"^Warning: checkpoint \S+ .*; moved it to \S+")  # set aside
 TRACEBACK = re.compile(r"Traceback \(most recent call last\)|^Exception ignored", re.M)
 
@@ -222,10 +223,12 @@ def kill_problems(fault: str, signal_name: str, r: Run) -> list[str]:
   lines the kill caused: at most one line of at most SHORT characters, besides what a first
   SIGINT / SIGTERM lets finish (the progress line of the step in progress, the ``Saved`` lines
   of a save in progress and of the stop's save, the line of a checkpoint the restore in
-  progress moved aside)."""
+  progress moved aside, a phase heading the signal caught being printed)."""
   if r.problem:
     return [f"{fault}: {r.problem}"]
   lines = after_kill(r.output)
+  if len(lines) >= 3 and HEADING_RULE.match(lines[0]) and HEADING_RULE.match(lines[2]):
+    lines = lines[3:]  # a phase heading being printed (one write) when the signal came
   steps = sum(1 for line in lines if STEP_LINE.match(line))
   saves = sum(1 for line in lines if SAVED_LINE.match(line))
   other = [line for line in lines

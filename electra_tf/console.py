@@ -46,8 +46,9 @@ _verbose = False  # set by quiet(): whether library logs are shown
 
 
 def log(message: str = "") -> None:
-  """Prints one progress line at once (no buffering, so logs interleave correctly)."""
-  print(message, flush=True)
+  """Prints one progress line at once (no buffering, so logs interleave correctly), text and
+  newline in one write: a Ctrl-C never leaves a line unended for the next one to join."""
+  print(message + "\n", end="", flush=True)
 
 
 def summary(title: str, lines: Sequence[str]) -> None:
