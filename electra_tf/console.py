@@ -260,7 +260,7 @@ def one_line_errors(prog: str, verbose: bool = False) -> Iterator[None]:
   every worker saved) ends the process right after its line, skipping interpreter teardown.
   ``SystemExit`` passes through unchanged.
   """
-  early_interrupt.uninstall()
+  early_interrupt.hand_over()
   try:
     yield
   except SystemExit:

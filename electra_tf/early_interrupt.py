@@ -1,8 +1,13 @@
-"""Ctrl-C while a command starts (e.g. while TensorFlow loads): one line and exit status 130,
-not a traceback from inside an import. Nothing has been written yet, so the process ends at
-once. Entry points call `install` before their imports (`console.quiet` does too);
-`console.one_line_errors` calls `uninstall` once ``main`` runs, so later Ctrl-Cs go the usual
-way (training's stop handlers, or one line from a KeyboardInterrupt)."""
+"""Ctrl-C outside training: one line and exit status 130, never a traceback.
+
+While a command starts (e.g. the seconds TensorFlow takes to import) nothing has been written
+yet, so a Ctrl-C ends the process at once with its line (`install`, the scripts' first import;
+`console.quiet` calls it too). Once ``main`` runs, `console.one_line_errors` calls `hand_over`:
+a first Ctrl-C raises KeyboardInterrupt, which unwinds (closing files) to its one line, and a
+second one while it unwinds ends the process at once with that line instead of a traceback
+"during handling of the above exception". Training installs its own handlers meanwhile
+(`electra_tf/training/interrupt.py`) and puts these back after.
+"""
 
 from __future__ import annotations
 
@@ -18,6 +23,11 @@ def _interrupted(signum: int, frame: object) -> None:
   os._exit(128 + signum)
 
 
+def _raise_once(signum: int, frame: object) -> None:
+  signal.signal(signal.SIGINT, _interrupted)  # a second Ctrl-C: at once
+  raise KeyboardInterrupt
+
+
 def install() -> None:
   """Takes over SIGINT while Python's default handler has it (main thread only)."""
   if (threading.current_thread() is threading.main_thread()
@@ -25,7 +35,7 @@ def install() -> None:
     signal.signal(signal.SIGINT, _interrupted)
 
 
-def uninstall() -> None:
-  """Puts Python's default SIGINT handler back if `install` took it."""
+def hand_over() -> None:
+  """From `install`'s handler to one that raises KeyboardInterrupt once, then exits at once."""
   if signal.getsignal(signal.SIGINT) is _interrupted:
-    signal.signal(signal.SIGINT, signal.default_int_handler)
+    signal.signal(signal.SIGINT, _raise_once)

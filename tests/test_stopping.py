@@ -118,6 +118,34 @@ def test_ctrl_c_while_a_script_loads_is_one_line(tmp_path):
         f"SIGINT {moment:.2f} s after the start: {out[-2000:]}")
 
 
+def test_a_second_ctrl_c_while_the_first_unwinds_is_still_one_line(tmp_path):
+  """Outside training a Ctrl-C raises KeyboardInterrupt; a second one before its line is out
+  (while it unwinds through TensorFlow, say) ends the process at once with the same line, not
+  a traceback "during handling of the above exception"."""
+  script = tmp_path / "cmd.py"
+  script.write_text(
+      "import signal, sys\n"
+      "from electra_tf import console, early_interrupt\n"
+      "class Stderr:  # the second Ctrl-C comes while the first one's line is being written\n"
+      "  def __init__(self, stream):\n"
+      "    self.stream, self.fired = stream, False\n"
+      "  def write(self, text):\n"
+      "    if not self.fired:\n"
+      "      self.fired = True\n"
+      "      signal.raise_signal(signal.SIGINT)\n"
+      "    return self.stream.write(text)\n"
+      "  def flush(self):\n"
+      "    self.stream.flush()\n"
+      "early_interrupt.install()\n"
+      "with console.one_line_errors('cmd.py'):\n"
+      "  sys.stderr = Stderr(sys.stderr)\n"
+      "  signal.raise_signal(signal.SIGINT)\n")
+  proc = subprocess.run([sys.executable, str(script)], cwd=REPO_ROOT, env=ENV, text=True,
+                        stdout=subprocess.PIPE, stderr=subprocess.STDOUT, timeout=60,
+                        preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
+  assert (proc.returncode, proc.stdout.strip()) == (130, "cmd.py: interrupted"), proc.stdout
+
+
 @pytest.mark.slow
 def test_a_huge_learning_rate_never_writes_a_non_finite_checkpoint(pretrain_dir):
   name = "poisoned"
