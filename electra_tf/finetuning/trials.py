@@ -173,7 +173,7 @@ class TrialBook:
         except (tf.errors.OpError, OSError) as e:
           moved = f"could not move it aside ({error_line(e, name_type=False)})"
         log(f"Trial {trial}/{c.num_trials} finished earlier, but its {problem}; {moved}; "
-            "training the trial again from its newest usable checkpoint")
+            "training the trial again from its newest usable checkpoint, if any")
         return None
     return record
 
