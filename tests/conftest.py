@@ -1,38 +1,126 @@
-"""Shared test fixtures: where ../shared lives, and quiet TensorFlow."""
+"""Shared fixtures: the golden lane (this repository) and the extended lane (../shared).
+
+``reference_dir`` is parametrized over the lanes: ``golden`` (tests/golden, always) and
+``extended`` (../shared/reference, only where it exists). Tests marked ``extended`` read the
+shared folder's full data sets and are collected only where it exists. A test of the golden
+lane that opens a file under the shared folder fails (see ``_SharedReadGuard``).
+"""
 
 import os
-import pathlib
+import sys
 
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 os.environ.setdefault("TF_USE_LEGACY_KERAS", "1")
 
 import pytest  # noqa: E402
-from helpers.paths import DATA, REFERENCE, SHARED  # noqa: E402
+from helpers.paths import (  # noqa: E402
+    DATA,
+    GOLDEN,
+    REFERENCE,
+    SHARED,
+    SHARED_FROM_ENV,
+    TEST_DATA,
+    extended_available,
+)
+
+EXTENDED = extended_available()
+LANES = ["golden", "extended"] if EXTENDED else ["golden"]
+_HOW = (f"put the shared folder (reference/, data/) at {SHARED} or set "
+        "ELECTRA_SHARED=/path/to/shared")
 
 
-def _shared_folder(folder: pathlib.Path) -> pathlib.Path:
-  """``folder`` if it exists; else the test fails with one line (no traceback) saying where."""
-  if not folder.is_dir():
-    pytest.fail(
-        f"{folder} not found: the golden tests read the shared folder {SHARED} (default: "
-        f"../shared beside the clone, holding reference/ and data/); put it there or set "
-        f"ELECTRA_SHARED=/path/to/shared", pytrace=False)
-  return folder
+def pytest_configure(config):
+  config.addinivalue_line(
+      "markers", "extended: reads the shared folder's full data sets (extended lane only)")
+  if SHARED_FROM_ENV and not EXTENDED:
+    raise pytest.UsageError(f"ELECTRA_SHARED={SHARED}: {REFERENCE} not found")
+
+
+def pytest_generate_tests(metafunc):
+  if "reference_dir" in metafunc.fixturenames:
+    metafunc.parametrize("reference_dir", LANES, indirect=True, scope="session")
+
+
+def pytest_collection_modifyitems(config, items):
+  """Without the shared folder, extended tests are not collected (not counted as skips)."""
+  if not EXTENDED:
+    items[:] = [item for item in items if item.get_closest_marker("extended") is None]
+
+
+def pytest_terminal_summary(terminalreporter):
+  if not EXTENDED:
+    terminalreporter.write_line(
+        f"extended parity lane did not run: {REFERENCE} not found; to run it, {_HOW}")
+
+
+def _in_extended_lane(item) -> bool:
+  callspec = getattr(item, "callspec", None)
+  lane = callspec.params.get("reference_dir") if callspec else None
+  return lane == "extended" or item.get_closest_marker("extended") is not None
+
+
+class _SharedReadGuard:
+  """Records files a golden-lane test opens under the shared folder (Python-level opens)."""
+
+  def __init__(self):
+    self.active = False
+    self.reads: list[str] = []
+    self.root = os.path.realpath(SHARED)
+
+  def __call__(self, event, args):
+    if not self.active or event not in ("open", "os.listdir", "os.scandir") or not args:
+      return
+    path = args[0]
+    if isinstance(path, (str, bytes, os.PathLike)):
+      path = os.fsdecode(path)
+      if os.path.realpath(path).startswith(self.root + os.sep):
+        self.reads.append(path)
+
+
+_GUARD = _SharedReadGuard()
+sys.addaudithook(_GUARD)
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_setup(item):
+  _GUARD.active, _GUARD.reads = not _in_extended_lane(item), []
+  yield
+  _GUARD.active = False
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_call(item):
+  _GUARD.active = not _in_extended_lane(item)
+  yield
+  _GUARD.active = False
+  if _GUARD.reads:
+    reads, _GUARD.reads = _GUARD.reads, []
+    pytest.fail(f"a golden-lane test read the shared folder: {reads[0]} (mark it extended or "
+                "use tests/golden, tests/data)", pytrace=False)
 
 
 @pytest.fixture(scope="session")
-def reference_dir() -> pathlib.Path:
-  return _shared_folder(REFERENCE)
+def reference_dir(request):
+  """The lane's official goldens: tests/golden, or ../shared/reference (extended)."""
+  return REFERENCE if request.param == "extended" else GOLDEN
 
 
 @pytest.fixture(scope="session")
-def data_dir() -> pathlib.Path:
-  return _shared_folder(DATA)
+def data_dir():
+  """Licensed real-text excerpts in the repository (tests/data/SOURCE.md)."""
+  return TEST_DATA
 
 
 @pytest.fixture(scope="session")
-def vocab_file(reference_dir) -> str:
-  return str(reference_dir / "vocab.txt")
+def shared_data_dir():
+  """The shared folder's full data sets: only for tests marked ``extended``."""
+  return DATA
+
+
+@pytest.fixture(scope="session")
+def vocab_file():
+  """The goldens' small WordPiece vocabulary (BERT's special-token ids; tests/golden)."""
+  return str(GOLDEN / "vocab.txt")
 
 
 @pytest.fixture(autouse=True)
