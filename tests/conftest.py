@@ -3,7 +3,7 @@
 ``reference_dir`` is parametrized over the lanes: ``golden`` (tests/golden, always) and
 ``extended`` (../shared/reference, only where it exists). Tests marked ``extended`` read the
 shared folder's full data sets and are collected only where it exists. A test of the golden
-lane that opens a file under the shared folder fails (see ``_SharedReadGuard``).
+lane that opens a file under the shared folder fails (``helpers.lanes.SharedReadGuard``).
 """
 
 import os
@@ -13,14 +13,14 @@ os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 os.environ.setdefault("TF_USE_LEGACY_KERAS", "1")
 
 import pytest  # noqa: E402
+from helpers.lanes import SharedReadGuard, in_extended_lane  # noqa: E402
 from helpers.paths import (  # noqa: E402
-    DATA,
-    GOLDEN,
-    REFERENCE,
-    SHARED,
-    SHARED_FROM_ENV,
-    TEST_DATA,
-    extended_available,
+  DATA,
+  GOLDEN,
+  REFERENCE,
+  SHARED,
+  TEST_DATA,
+  extended_available,
 )
 
 EXTENDED = extended_available()
@@ -32,8 +32,8 @@ _HOW = (f"put the shared folder (reference/, data/) at {SHARED} or set "
 def pytest_configure(config):
   config.addinivalue_line(
       "markers", "extended: reads the shared folder's full data sets (extended lane only)")
-  if SHARED_FROM_ENV and not EXTENDED:
-    raise pytest.UsageError(f"ELECTRA_SHARED={SHARED}: {REFERENCE} not found")
+  config.addinivalue_line(
+      "markers", "golden_lane_only: a tests/golden folder that the shared set does not have")
 
 
 def pytest_generate_tests(metafunc):
@@ -42,59 +42,39 @@ def pytest_generate_tests(metafunc):
 
 
 def pytest_collection_modifyitems(config, items):
-  """Without the shared folder, extended tests are not collected (not counted as skips)."""
+  """Without the shared folder, extended tests are not collected (not counted as skips); nor
+  is the extended lane of a golden folder that only tests/golden has."""
   if not EXTENDED:
     items[:] = [item for item in items if item.get_closest_marker("extended") is None]
+  items[:] = [item for item in items if not (
+      item.get_closest_marker("golden_lane_only") and in_extended_lane(item))]
 
 
-def pytest_terminal_summary(terminalreporter):
-  if not EXTENDED:
-    terminalreporter.write_line(
-        f"extended parity lane did not run: {REFERENCE} not found; to run it, {_HOW}")
+def pytest_unconfigure(config):
+  """The run's last line, without the shared folder: the extended lane did not run (not a failure)."""
+  if not EXTENDED and not hasattr(config, "workerinput"):
+    print(f"extended parity lane did not run: {REFERENCE} not found; to run it, {_HOW}")
 
 
-def _in_extended_lane(item) -> bool:
-  callspec = getattr(item, "callspec", None)
-  lane = callspec.params.get("reference_dir") if callspec else None
-  return lane == "extended" or item.get_closest_marker("extended") is not None
-
-
-class _SharedReadGuard:
-  """Records files a golden-lane test opens under the shared folder (Python-level opens)."""
-
-  def __init__(self):
-    self.active = False
-    self.reads: list[str] = []
-    self.root = os.path.realpath(SHARED)
-
-  def __call__(self, event, args):
-    if not self.active or event not in ("open", "os.listdir", "os.scandir") or not args:
-      return
-    path = args[0]
-    if isinstance(path, (str, bytes, os.PathLike)):
-      path = os.fsdecode(path)
-      if os.path.realpath(path).startswith(self.root + os.sep):
-        self.reads.append(path)
-
-
-_GUARD = _SharedReadGuard()
+_GUARD = SharedReadGuard(SHARED)
 sys.addaudithook(_GUARD)
 
 
 @pytest.hookimpl(hookwrapper=True)
 def pytest_runtest_setup(item):
-  _GUARD.active, _GUARD.reads = not _in_extended_lane(item), []
+  _GUARD.take()
+  _GUARD.active = not in_extended_lane(item)
   yield
   _GUARD.active = False
 
 
 @pytest.hookimpl(hookwrapper=True)
 def pytest_runtest_call(item):
-  _GUARD.active = not _in_extended_lane(item)
+  _GUARD.active = not in_extended_lane(item)
   yield
   _GUARD.active = False
-  if _GUARD.reads:
-    reads, _GUARD.reads = _GUARD.reads, []
+  reads = _GUARD.take()
+  if reads:
     pytest.fail(f"a golden-lane test read the shared folder: {reads[0]} (mark it extended or "
                 "use tests/golden, tests/data)", pytrace=False)
 

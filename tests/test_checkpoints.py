@@ -1,5 +1,7 @@
 """TF1 name-based checkpoint reading and writing."""
 
+import json
+
 import numpy as np
 import pytest
 import tensorflow as tf
@@ -10,13 +12,18 @@ from electra_tf.modeling.encoder import Transformer
 from electra_tf.modeling.heads import DiscriminatorHead, MaskedLMHead
 
 
+def _embedding_size(folder) -> int:
+  """The folder's resolved ``embedding_size`` (128 for the big set, 16 for tests/golden)."""
+  return json.loads((folder / "pretraining_config_resolved.json").read_text())["embedding_size"]
+
+
 def _small_towers(folder, generator_hidden=None):
   disc_cfg = BertConfig.from_json_file(str(folder / "bert_config.json"))
   gen_cfg = BertConfig.from_json_file(str(folder / "generator_bert_config.json"))
   if generator_hidden:
     gen_cfg = gen_cfg.replace(hidden_size=generator_hidden, intermediate_size=4 * generator_hidden,
                               num_attention_heads=max(1, generator_hidden // 64))
-  disc = Transformer(disc_cfg, embedding_size=128)
+  disc = Transformer(disc_cfg, embedding_size=_embedding_size(folder))
   gen = Transformer(gen_cfg, embeddings=disc.embeddings, scope="generator")
   head = MaskedLMHead(disc.embeddings)
   disc_head = DiscriminatorHead(disc_cfg.hidden_size)
@@ -52,13 +59,19 @@ def test_round_trip_is_bit_identical(reference_dir, tmp_path):
 
 def test_shape_mismatch_names_variable_and_shapes(reference_dir):
   # Released ELECTRA-Small used generator_hidden_size 1.0; the checkpoint here used 0.25.
-  variables = _small_towers(reference_dir / "electra_small_2l", generator_hidden=256)
+  folder = reference_dir / "electra_small_2l"
+  big = BertConfig.from_json_file(str(folder / "bert_config.json")).hidden_size
+  small = BertConfig.from_json_file(str(folder / "generator_bert_config.json")).hidden_size
+  e = _embedding_size(folder)
+  assert small != big
+  variables = _small_towers(folder, generator_hidden=big)
   with pytest.raises(ValueError) as err:
-    checkpoints.load_tf1_checkpoint(variables, str(reference_dir / "electra_small_2l"))
+    checkpoints.load_tf1_checkpoint(variables, str(folder))
   message = str(err.value)
   assert "\n" not in message
   assert "shape mismatch for generator/" in message
-  assert "[128, 64]" in message and "[128, 256]" in message
+  # big set: [128, 64] vs [128, 256]; tests/golden: [16, 8] vs [16, 32]
+  assert f"[{e}, {small}]" in message and f"[{e}, {big}]" in message
 
 
 def test_missing_checkpoint_is_one_line_error(tmp_path):
@@ -70,7 +83,8 @@ def test_missing_checkpoint_is_one_line_error(tmp_path):
 
 def test_unused_and_missing_are_reported(reference_dir):
   folder = reference_dir / "electra_small_2l"
-  disc = Transformer(BertConfig.from_json_file(str(folder / "bert_config.json")), 128)
+  disc = Transformer(BertConfig.from_json_file(str(folder / "bert_config.json")),
+                     _embedding_size(folder))
   disc.build(None)
   extra = tf.Variable(tf.zeros([3]), name="task_specific/rte/dense/bias")
   variables = {**checkpoints.variables_by_name(disc.weights), "task_specific/rte/dense/bias": extra}
@@ -83,4 +97,6 @@ def test_unused_and_missing_are_reported(reference_dir):
   assert report.unused_optimizer_state == ("global_step",)
   assert all(n.startswith(("generator", "discriminator_predictions"))
              for n in report.unused_other)
-  assert len(report.loaded) + len(report.unused_other) + 1 == 83
+  n_tensors = len((folder / "variables.tsv").read_text().splitlines()) - 1  # 83 in both sets
+  assert n_tensors == 83
+  assert len(report.loaded) + len(report.unused_other) + 1 == n_tensors

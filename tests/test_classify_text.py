@@ -33,8 +33,11 @@ PAIRS = [
 def exported(vocab_file, tmp_path_factory):
   tokenizer = FullTokenizer(vocab_file)
   tasks = registry.get_tasks(["rte", "cola"], tokenizer, "/nonexistent", MAX_SEQ_LENGTH)
-  config = BertConfig.from_dict({"vocab_size": 30522, "hidden_size": 32, "num_hidden_layers": 1,
-                                 "num_attention_heads": 2, "intermediate_size": 64})
+  with open(vocab_file, encoding="utf-8") as f:
+    vocab_size = len(f.read().splitlines())  # ids run to the last line's index
+  config = BertConfig.from_dict({"vocab_size": vocab_size, "hidden_size": 32,
+                                 "num_hidden_layers": 1, "num_attention_heads": 2,
+                                 "intermediate_size": 64})
   tf.random.set_seed(1)
   model = FinetuningModel(config, tasks, embedding_size=16)
   folder = tmp_path_factory.mktemp("classify_text") / "saved_model"
@@ -79,9 +82,10 @@ def test_featurizer_matches_the_task(exported, vocab_file):
     np.testing.assert_array_equal(got[key].numpy(), want[key].numpy(), err_msg=key)
 
 
-def test_in_graph_ids_equal_full_tokenizer(reference_dir, vocab_file):
+def test_in_graph_ids_equal_full_tokenizer(reference_dir):
   """The reference corpus and edge cases (controls, accents, CJK, long words, separators)."""
   ref = reference_dir / "tokenizer"
+  vocab_file = str(reference_dir / "vocab.txt")  # the vocabulary the lane's ids were made with
   lines = (ref / "corpus.txt").read_text(encoding="utf-8").split("\n")[:-1]
   ids = [json.loads(line) for line in open(ref / "official_ids.jsonl")]
   featurizer = TextFeaturizer(vocab_file, True)

@@ -4,6 +4,7 @@ import json
 import os
 
 import pytest
+from helpers.paths import GOLDEN
 
 from electra_tf import config as C
 from electra_tf.modeling.bert_config import BertConfig
@@ -95,7 +96,15 @@ def test_pretraining_official_defaults():
 
 @pytest.mark.parametrize("folder", ["electra_small_2l", "electric_2l"])
 def test_pretraining_matches_reference(reference_dir, folder):
-  ref = reference_dir / folder
+  _check_pretraining_folder(reference_dir / folder)
+
+
+def test_untied_generator_embeddings_matches_golden():
+  """electra_untied_2l (untied_generator_embeddings=true): a tests/golden folder only."""
+  _check_pretraining_folder(GOLDEN / "electra_untied_2l")
+
+
+def _check_pretraining_folder(ref):
   cfg = C.PretrainingConfig("M", "D", **C.load_hparams(str(ref / "hparams.json")))
   resolved = _load(ref / "pretraining_config_resolved.json")
   ours = cfg.to_dict()

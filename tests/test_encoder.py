@@ -1,8 +1,11 @@
-"""Encoder and head parity with the official TF1 graph (golden outputs in ../shared/reference)."""
+"""Encoder and head parity with the official TF1 graph (tests/golden and ../shared/reference)."""
+
+import json
 
 import numpy as np
 import pytest
 import tensorflow as tf
+from helpers.paths import GOLDEN
 
 from electra_tf import checkpoints, names
 from electra_tf.modeling.bert_config import BertConfig
@@ -12,12 +15,21 @@ from electra_tf.modeling.heads import DiscriminatorHead, MaskedLMHead
 ATOL = 1e-5
 
 
-def _towers(folder, two_tower=False):
+def embedding_size(folder) -> int:
+  """The folder's resolved ``embedding_size`` (128 for the big set, 16 for tests/golden)."""
+  return json.loads((folder / "pretraining_config_resolved.json").read_text())["embedding_size"]
+
+
+def _towers(folder, two_tower=False, untied=False):
   """The official towers of a reference folder, built and loaded by name."""
   disc_cfg = BertConfig.from_json_file(str(folder / "bert_config.json"))
   gen_cfg = BertConfig.from_json_file(str(folder / "generator_bert_config.json"))
-  disc = Transformer(disc_cfg, embedding_size=128, scope="electra")
-  if two_tower:
+  disc = Transformer(disc_cfg, embedding_size=embedding_size(folder), scope="electra")
+  if untied:  # the generator's own generator/embeddings (width h), no embeddings_project
+    gens = [Transformer(gen_cfg, scope="generator")]
+    head = MaskedLMHead(gens[0].embeddings, scope="generator_predictions")
+    head_width = gen_cfg.hidden_size
+  elif two_tower:
     gens = [Transformer(gen_cfg, embeddings=disc.embeddings, attention_type=t, scope=s)
             for t, s in (("ltr", "generator_ltr"), ("rtl", "generator_rtl"))]
     head = MaskedLMHead(disc.embeddings, scope="cloze_predictions")
@@ -48,6 +60,13 @@ def small(reference_dir):
 
 
 @pytest.fixture(scope="module")
+def untied():
+  """Untied generator embeddings: a tests/golden folder only (the big set has none)."""
+  folder = GOLDEN / "electra_untied_2l"
+  return _towers(folder, untied=True), dict(np.load(folder / "golden.npz"))
+
+
+@pytest.fixture(scope="module")
 def electric(reference_dir):
   folder = reference_dir / "electric_2l"
   return _towers(folder, two_tower=True), dict(np.load(folder / "golden.npz"))
@@ -66,7 +85,17 @@ TOWER_KEYS = ("token_embeddings", "embedding_postprocessed", "embedding_output",
 
 @pytest.mark.parametrize("mode", ["eager", "tf_function"])
 def test_electra_small_towers_match_golden(small, mode):
-  (disc, (gen,), head, disc_head), g = small
+  _check_electra_towers(small, mode)
+
+
+@pytest.mark.parametrize("mode", ["eager", "tf_function"])
+def test_untied_generator_towers_match_golden(untied, mode):
+  """Generator with its own generator/embeddings (untied_generator_embeddings=true)."""
+  _check_electra_towers(untied, mode)
+
+
+def _check_electra_towers(towers, mode):
+  (disc, (gen,), head, disc_head), g = towers
   run = (lambda f: f) if mode == "eager" else tf.function
   gen_out = run(lambda: gen(g["masked_input_ids"], g["input_mask"], g["segment_ids"]))()
   disc_out = run(lambda: disc(g["fake_input_ids"], g["input_mask"], g["segment_ids"]))()
@@ -75,7 +104,7 @@ def test_electra_small_towers_match_golden(small, mode):
     _close(disc_out[key], g["disc_" + key], "disc_" + key)
   _close(run(lambda: disc_head(disc_out["sequence_output"]))(), g["disc_logits"], "disc_logits")
   hidden = tf.gather(gen_out["sequence_output"], g["masked_lm_positions"], batch_dims=1)
-  logits = run(lambda: head(hidden))().numpy()  # [3, 19, V]
+  logits = run(lambda: head(hidden))().numpy()  # [3, max_predictions_per_seq, V]
   rows, slots = g["gen_mlm_logits_real_index"].T
   _close(logits[rows, slots], g["gen_mlm_logits_real"], "gen_mlm_logits_real")
   _close(logits.max(-1), g["gen_mlm_logits_max"], "gen_mlm_logits_max")
@@ -98,7 +127,7 @@ def test_electric_two_towers_match_golden(electric):
   cloze_hidden = tf.concat([tf.roll(ltr_out["sequence_output"], 1, axis=1),
                             tf.roll(rtl_out["sequence_output"], -1, axis=1)], -1)
   _close(cloze_hidden, g["gen_sequence_output"], "gen_sequence_output")
-  logits = head(cloze_hidden).numpy()  # [3, 128, V]
+  logits = head(cloze_hidden).numpy()  # [3, max_seq_length, V]
   _close(logits[0, :4], g["cloze_logits_row0_pos0to3"], "cloze_logits_row0_pos0to3")
   _close(logits.max(-1), g["cloze_logits_max"], "cloze_logits_max")
   disc_out = disc(g["fake_input_ids"], g["input_mask"], g["segment_ids"])

@@ -10,7 +10,7 @@ from electra_tf.finetuning import features, registry
 from electra_tf.finetuning.builtin import tagging
 
 TASK_NAMES = ["rte", "sts", "squad", "chunk"]  # the reference run's order (task ids)
-MAX_SEQ_LENGTH = 128
+QA_OPTIONS = ("doc_stride", "max_query_length")  # the lane's hparams.json (else defaults)
 
 
 @pytest.fixture(scope="module")
@@ -19,19 +19,28 @@ def heads_dir(reference_dir):
 
 
 @pytest.fixture(scope="module")
-def tokenizer(vocab_file):
-  return registry.make_tokenizer(vocab_file)
+def hparams(heads_dir):
+  """The reference run's --hparams (max_seq_length 128 big, 64 golden)."""
+  return json.loads((heads_dir / "hparams.json").read_text())
 
 
 @pytest.fixture(scope="module")
-def run(heads_dir, tokenizer, tmp_path_factory):
+def tokenizer(reference_dir):
+  """The lane's vocabulary (the reference features were made with it)."""
+  return registry.make_tokenizer(str(reference_dir / "vocab.txt"))
+
+
+@pytest.fixture(scope="module")
+def run(heads_dir, hparams, tokenizer, tmp_path_factory):
   """The reference's raw files in the official layout, and the four tasks built from them."""
   data_dir = tmp_path_factory.mktemp("data")
   for task, name in (("rte", "dev.tsv"), ("sts", "dev.tsv"), ("squad", "train.json")):
     (data_dir / "finetuning_data" / task).mkdir(parents=True)
     shutil.copy(heads_dir / "raw" / task / name, data_dir / "finetuning_data" / task / name)
-  tasks = registry.get_tasks(TASK_NAMES, tokenizer, str(data_dir), MAX_SEQ_LENGTH)
-  return {t.name: t for t in tasks}, features.all_feature_specs(tasks, MAX_SEQ_LENGTH)
+  max_seq_length = hparams["max_seq_length"]
+  options = {k: hparams[k] for k in QA_OPTIONS if k in hparams}
+  tasks = registry.get_tasks(TASK_NAMES, tokenizer, str(data_dir), max_seq_length, **options)
+  return {t.name: t for t in tasks}, features.all_feature_specs(tasks, max_seq_length)
 
 
 def _chunk_examples(heads_dir):
@@ -107,22 +116,45 @@ def test_squad_examples_and_eval_metadata_match_official(run, heads_dir):
         want["start_position"], want["end_position"])
 
 
-def test_chunk_label_mapping_and_labels_from_real_conll(heads_dir, data_dir, tokenizer, tmp_path):
-  """Built from the real CoNLL-2000 train+test like the official; the reference's first three
-  training sentences come out with the same words and BIOES label ids."""
+def _check_chunk_task(raw_dir, heads_dir, tokenizer, max_seq_length, tmp_path, n_sentences):
+  """The label mapping built like the official from ``raw_dir``'s CoNLL files is the
+  reference's; its first three training sentences have the reference's words and label ids."""
   mapping_path = tmp_path / "chunk_label_mapping.json"
-  task = tagging.Chunking(str(data_dir / "chunk"), tokenizer, MAX_SEQ_LENGTH,
+  task = tagging.Chunking(str(raw_dir), tokenizer, max_seq_length,
                           label_mapping_path=str(mapping_path))
   want = json.loads((heads_dir / "chunk_label_mapping.json").read_text())
   assert task.label_mapping == want
   assert json.loads(mapping_path.read_text()) == want  # cached
   examples = task.get_examples("train")
-  assert len(examples) == 8936  # CoNLL-2000 train sentences
+  assert len(examples) == n_sentences
   for ex, ref in zip(examples[:3], _chunk_examples(heads_dir), strict=True):
     assert (ex.eid, ex.words, ex.labels) == (ref.eid, list(ref.words), list(ref.labels))
-  reloaded = tagging.Chunking(str(tmp_path / "missing"), tokenizer, MAX_SEQ_LENGTH,
+  reloaded = tagging.Chunking(str(tmp_path / "missing"), tokenizer, max_seq_length,
                               label_mapping_path=str(mapping_path))
   assert reloaded.label_mapping == want
+
+
+@pytest.mark.extended
+def test_chunk_label_mapping_and_labels_from_real_conll(shared_data_dir, tmp_path):
+  """Built from the real CoNLL-2000 train+test like the official (the big reference's 42
+  tags); the reference's first three training sentences come out the same."""
+  from helpers.paths import REFERENCE
+
+  tokenizer = registry.make_tokenizer(str(REFERENCE / "vocab.txt"))
+  _check_chunk_task(shared_data_dir / "chunk", REFERENCE / "finetune_heads", tokenizer,
+                    json.loads((REFERENCE / "finetune_heads" / "hparams.json").read_text())[
+                        "max_seq_length"], tmp_path, 8936)  # CoNLL-2000 train sentences
+
+
+def test_chunk_label_mapping_and_labels_from_golden_conll(vocab_file, tmp_path):
+  """The same from the golden lane's own CoNLL-layout file (raw/chunk/train.txt)."""
+  from helpers.paths import GOLDEN
+
+  heads, tokenizer = GOLDEN / "finetune_heads", registry.make_tokenizer(vocab_file)
+  n_sentences = (heads / "raw" / "chunk" / "train.txt").read_text().count("\n\n")
+  _check_chunk_task(heads / "raw" / "chunk", heads, tokenizer,
+                    json.loads((heads / "hparams.json").read_text())["max_seq_length"],
+                    tmp_path, n_sentences)
 
 
 def test_tfrecord_padding_and_cache(run, heads_dir, tmp_path):
@@ -145,11 +177,11 @@ def test_tfrecord_padding_and_cache(run, heads_dir, tmp_path):
   assert (path2, n2, len(calls)) == (path, 4, 1)  # cache hit: nothing re-read
 
 
-def test_input_dataset_batches(run, heads_dir):
+def test_input_dataset_batches(run, heads_dir, hparams):
   _, specs = run
   path = str(heads_dir / "features_squad.tfrecord")
   batches = list(features.input_dataset(path, specs, batch_size=4, is_training=False))
-  assert len(batches) == 1 and batches[0]["input_ids"].shape == [4, MAX_SEQ_LENGTH]
+  assert len(batches) == 1 and batches[0]["input_ids"].shape == [4, hparams["max_seq_length"]]
   assert batches[0]["input_ids"].dtype.name == "int32"
   train = features.input_dataset(path, specs, batch_size=4, is_training=True, seed=1)
   eids = [b["squad_eid"].numpy() for b in train.take(6)]  # repeats forever
@@ -157,9 +189,10 @@ def test_input_dataset_batches(run, heads_dir):
   assert set(np.concatenate(eids)) == {0, 1, 1000, 1001, 2000, 2001}
 
 
-def test_unknown_or_misshapen_feature_is_an_error(run):
+def test_unknown_or_misshapen_feature_is_an_error(run, hparams):
   _, specs = run
   with pytest.raises(ValueError, match="Unknown feature"):
     features.to_tf_example({"nope": 1}, specs)
-  with pytest.raises(ValueError, match="input_ids has 3 values, expected 128"):
+  expected = hparams["max_seq_length"]
+  with pytest.raises(ValueError, match=f"input_ids has 3 values, expected {expected}"):
     features.to_tf_example({"input_ids": [1, 2, 3]}, specs)

@@ -1,5 +1,7 @@
 """Task heads against the official multi-task graph (reference finetune_heads/)."""
 
+import json
+
 import numpy as np
 import pytest
 import tensorflow as tf
@@ -7,11 +9,11 @@ import tensorflow as tf
 from electra_tf.finetuning import task_heads as heads
 
 ATOL = 1e-5
-TASK_HEADS = {
-    "rte": lambda: heads.ClassificationHead("rte", 2),
-    "sts": lambda: heads.RegressionHead("sts"),
-    "chunk": lambda: heads.TaggingHead("chunk", 42),
-    "squad": lambda: heads.SpanQAHead("squad"),  # official defaults: beam 20, joint, answerable
+TASK_HEADS = {  # each takes the number of chunk tags (the lane's chunk_label_mapping.json)
+    "rte": lambda n_tags: heads.ClassificationHead("rte", 2),
+    "sts": lambda n_tags: heads.RegressionHead("sts"),
+    "chunk": lambda n_tags: heads.TaggingHead("chunk", n_tags),  # 42 BIOES tags for CoNLL-2000
+    "squad": lambda n_tags: heads.SpanQAHead("squad"),  # official defaults: beam 20, joint, ...
 }
 
 
@@ -19,7 +21,9 @@ TASK_HEADS = {
 def ref(reference_dir):
   folder = reference_dir / "finetune_heads"
   golden = np.load(folder / "golden.npz")
-  return {k: golden[k] for k in golden.files}, tf.train.load_checkpoint(str(folder / "model.ckpt"))
+  n_tags = len(json.loads((folder / "chunk_label_mapping.json").read_text()))
+  golden = {k: golden[k] for k in golden.files}
+  return golden, tf.train.load_checkpoint(str(folder / "model.ckpt")), n_tags
 
 
 def _inputs(golden, task):
@@ -28,8 +32,8 @@ def _inputs(golden, task):
   return tf.constant(golden[f"{task}/encoder_sequence_output"]), feats
 
 
-def _built_head(task, golden, reader):
-  head = TASK_HEADS[task]()
+def _built_head(task, golden, reader, n_tags):
+  head = TASK_HEADS[task](n_tags)
   seq, feats = _inputs(golden, task)
   head(seq, feats)  # builds the variables
   for v in head.variables:
@@ -51,8 +55,8 @@ def _compare(golden, outputs, prefix):
 
 @pytest.mark.parametrize("task", list(TASK_HEADS))
 def test_variable_names_match_checkpoint(ref, task):
-  golden, reader = ref
-  head, _, _ = _built_head(task, golden, reader)
+  golden, reader, n_tags = ref
+  head, _, _ = _built_head(task, golden, reader, n_tags)
   ckpt = {k: s for k, s in reader.get_variable_to_shape_map().items()
           if k.startswith(f"task_specific/{task}/")}
   mine = {v.name[:-2]: v.shape.as_list() for v in head.variables}
@@ -61,8 +65,8 @@ def test_variable_names_match_checkpoint(ref, task):
 
 @pytest.mark.parametrize("task", list(TASK_HEADS))
 def test_eval_outputs_match_official(ref, task):
-  golden, reader = ref
-  head, seq, feats = _built_head(task, golden, reader)
+  golden, reader, n_tags = ref
+  head, seq, feats = _built_head(task, golden, reader, n_tags)
   outputs, loss = head(seq, feats, training=False)
   _compare(golden, outputs, f"{task}/out/")
   np.testing.assert_array_equal(np.asarray(loss), np.asarray(outputs["loss"]))
@@ -76,15 +80,15 @@ def test_eval_outputs_match_official(ref, task):
 
 def test_squad_train_mode_matches_official(ref):
   """Training path: end logits conditioned on the gold start (no dropout in the QA head)."""
-  golden, reader = ref
-  head, seq, feats = _built_head("squad", golden, reader)
+  golden, reader, n_tags = ref
+  head, seq, feats = _built_head("squad", golden, reader, n_tags)
   outputs, _ = head(seq, feats, training=True)
   _compare(golden, outputs, "squad/train_mode_out/")
 
 
 def test_heads_inside_tf_function(ref):
-  golden, reader = ref
-  head, seq, feats = _built_head("squad", golden, reader)
+  golden, reader, n_tags = ref
+  head, seq, feats = _built_head("squad", golden, reader, n_tags)
   step = tf.function(lambda s, f: head(s, f, training=False))
   outputs, _ = step(seq, feats)
   _compare(golden, outputs, "squad/out/")

@@ -139,9 +139,15 @@ def test_graph_mode_step_matches_eager(reference_model, golden):
 def small_config(reference_dir, tmp_path_factory):
   """Fine-tuning config with the electra_small_2l encoder, short sequences, all four tasks."""
   tmp = tmp_path_factory.mktemp("small")
-  hparams = {"model_size": "small", "model_hparam_overrides": {"num_hidden_layers": 2},
-             "max_seq_length": 64, "task_names": TASK_NAMES}
+  hparams = {**_encoder_hparams(reference_dir), "max_seq_length": 64, "task_names": TASK_NAMES}
   return tmp, FinetuningConfig("m", str(tmp), **hparams)
+
+
+def _encoder_hparams(reference_dir):
+  """The encoder shape of the lane's electra_small_2l (its hparams.json)."""
+  stored = load_hparams(str(reference_dir / "electra_small_2l" / "hparams.json"))
+  return {k: stored[k] for k in ("model_size", "model_hparam_overrides", "vocab_size",
+                                 "embedding_size") if k in stored}
 
 
 def _small_model(small_config, vocab_file, heads_dir, task_names=TASK_NAMES):
@@ -222,14 +228,18 @@ def test_init_from_our_tf2_finetuning_checkpoint(small_config, vocab_file, heads
 def test_init_with_mismatched_config_is_a_clear_error(vocab_file, heads_dir, reference_dir,
                                                       tmp_path):
   ckpt = str(reference_dir / "electra_small_2l" / "model.ckpt")
-  three = FinetuningConfig("m", str(tmp_path), model_size="small", max_seq_length=64,
-                           model_hparam_overrides={"num_hidden_layers": 3}, task_names=["rte"])
+  encoder = _encoder_hparams(reference_dir)
+  overrides = encoder["model_hparam_overrides"]
+  three = FinetuningConfig("m", str(tmp_path), **{
+      **encoder, "max_seq_length": 64, "task_names": ["rte"],
+      "model_hparam_overrides": {**overrides, "num_hidden_layers": 3}})
   model = model_lib.create_model(three, _tasks(tmp_path, vocab_file, ["rte"], 64))
   with pytest.raises(ValueError, match="lacks 16 encoder variable.*layer_2"):
     model_lib.load_init_checkpoint(model, ckpt)
-  wide = FinetuningConfig("m", str(tmp_path), model_size="small", max_seq_length=64,
-                          embedding_size=64, task_names=["rte"],
-                          model_hparam_overrides={"num_hidden_layers": 2})
+  # embedding size 64 (big lane: 128) or 32 (golden lane: 16), never the checkpoint's
+  wide = FinetuningConfig("m", str(tmp_path), **{
+      **encoder, "max_seq_length": 64, "task_names": ["rte"],
+      "embedding_size": 64 if encoder.get("embedding_size", 128) != 64 else 32})
   model = model_lib.create_model(wide, _tasks(tmp_path, vocab_file, ["rte"], 64))
   with pytest.raises(ValueError, match="shape mismatch for electra/embeddings"):
     model_lib.load_init_checkpoint(model, ckpt)
@@ -290,8 +300,9 @@ def test_num_train_steps_is_official():
 # --------------------------------------------------------------------------------------------
 
 
-def _random_inputs(batch, seq, rng):
-  ids = rng.integers(1000, 2000, [batch, seq]).astype(np.int32)
+def _random_inputs(batch, seq, rng, vocab_size):
+  ids = rng.integers(min(1000, vocab_size // 2), min(2000, vocab_size), [batch, seq])
+  ids = ids.astype(np.int32)
   mask = np.ones([batch, seq], np.int32)
   mask[0, seq - 2:] = 0
   segments = np.zeros([batch, seq], np.int32)
@@ -323,10 +334,13 @@ def test_export_reloads_and_matches_the_keras_model(reference_model, golden, tmp
   assert names == ["classify_rte", "classify_sts", "squad", "tag"]
   loaded = tf.saved_model.load(str(tmp_path / "export"))
   assert sorted(loaded.signatures) == names
-  # golden batches (T = 128) and random ones with other batch sizes / lengths (T < beam 20)
+  # golden batches (T = max_seq_length) and random ones with other batch sizes / lengths
+  # (T < beam 20); random ids below the lane's vocabulary size
   rng = np.random.default_rng(0)
+  vocab_size = model.encoder.embeddings.word_embeddings.shape[0]
   cases = [tuple(golden[f"{t}/in/{k}"] for k in ("input_ids", "input_mask", "segment_ids"))
-           for t in ("rte", "squad")] + [_random_inputs(2, 12, rng), _random_inputs(5, 40, rng)]
+           for t in ("rte", "squad")] + [_random_inputs(2, 12, rng, vocab_size),
+                                               _random_inputs(5, 40, rng, vocab_size)]
   n_tasks = len(tasks)
   for ids, mask, segments in cases:
     inputs = dict(input_ids=tf.constant(ids), input_mask=tf.constant(mask),

@@ -77,7 +77,8 @@ def test_output_folders_describe_themselves(hf_ref, hf_out):
   out, _ = hf_out
   vocab = (hf_ref / "discriminator" / "vocab.txt").read_bytes()
   stored = model_dir.read_model_hparams(str(out))
-  assert stored["do_lower_case"] is True and stored["vocab_size"] == 30522
+  vocab_size = json.load(open(hf_ref / "discriminator" / "config.json"))["vocab_size"]
+  assert stored["do_lower_case"] is True and stored["vocab_size"] == vocab_size
   for sub in ("",) + EXPORTS:
     assert (out / sub / "vocab.txt").read_bytes() == vocab, sub
     assert model_dir.read_model_hparams(str(out / sub)) == stored, sub
@@ -122,17 +123,28 @@ def test_official_checkpoint_without_hparams_is_inferred(reference_dir, tmp_path
       shutil.copy(folder / name, copy / name)
   shutil.copy(reference_dir / "vocab.txt", copy / "vocab.txt")  # as in the released zips
   result = convert(str(copy), {}, str(tmp_path / "out"))
-  line = ("inferred from checkpoint: vocab_size 30522, embedding_size 128, hidden 256 x 2 "
-          "layers, generator 0.25 x 2 layers (tied embeddings)")
+  # The lane's shapes, from the files the official code wrote beside its checkpoint.
+  resolved = json.load(open(folder / "pretraining_config_resolved.json"))
+  disc_json = json.load(open(folder / "bert_config.json"))
+  gen_json = json.load(open(folder / "generator_bert_config.json"))
+  line = (f"inferred from checkpoint: vocab_size {resolved['vocab_size']}, embedding_size "
+          f"{resolved['embedding_size']}, hidden {disc_json['hidden_size']} x "
+          f"{disc_json['num_hidden_layers']} layers, generator "
+          f"{resolved['generator_hidden_size']:g} x {gen_json['num_hidden_layers']} layers "
+          "(tied embeddings)")
   assert line in capsys.readouterr().out.splitlines()
   assert_same_checkpoint(str(folder / "model.ckpt"), result["tf1"])
   stored = model_dir.read_model_hparams(str(tmp_path / "out"))
   config = PretrainingConfig("x", "/x", **stored)
   bert = get_bert_config(config)
-  assert bert == BertConfig.from_json_file(str(folder / "bert_config.json"))
+  # A checkpoint has no head count (shapes cannot tell): the official rule, heads_for(hidden),
+  # gives it. The extended lane's file has exactly that (4 for 256); the golden lane's tiny
+  # electra_small_2l overrides it (2 heads at hidden 32; the rule gives 1), so take the rule's.
+  heads = model_dir.heads_for(disc_json["hidden_size"])
+  assert bert.num_attention_heads == heads
+  assert bert == BertConfig.from_dict({**disc_json, "num_attention_heads": heads})
   assert get_generator_config(config, bert) == BertConfig.from_json_file(
     str(folder / "generator_bert_config.json"))
-  resolved = json.load(open(folder / "pretraining_config_resolved.json"))
   for field in ("vocab_size", "embedding_size", "generator_hidden_size", "generator_layers",
                 "electra_objective", "untied_generator_embeddings", "do_lower_case"):
     assert stored[field] == resolved[field], field
@@ -141,7 +153,8 @@ def test_official_checkpoint_without_hparams_is_inferred(reference_dir, tmp_path
 
   lines = []
   pre = pretraining_config("m", str(tmp_path), {"init_checkpoint": str(copy)}, lines.append)
-  assert lines == [line] and pre.embedding_size == 128 and pre.generator_hidden_size == 0.25
+  assert lines == [line] and pre.embedding_size == resolved["embedding_size"] and \
+      pre.generator_hidden_size == resolved["generator_hidden_size"]
   (tmp_path / "finetuning_data" / "rte").mkdir(parents=True)
   ft = finetuning_config("m", str(tmp_path), {"init_checkpoint": str(copy),
                                              "task_names": ["rte"]})
@@ -149,8 +162,8 @@ def test_official_checkpoint_without_hparams_is_inferred(reference_dir, tmp_path
   # A contradicting shape is one line naming both values.
   with pytest.raises(ValueError) as e:
     convert(str(copy), {"generator_hidden_size": 1.0}, str(tmp_path / "bad"))
-  assert str(e.value) == (f"checkpoint {copy}/model.ckpt says generator_hidden_size 0.25 but "
-                          "--hparams gives 1.0")
+  assert str(e.value) == (f"checkpoint {copy}/model.ckpt says generator_hidden_size "
+                          f"{resolved['generator_hidden_size']:g} but --hparams gives 1.0")
 
 
 @pytest.mark.parametrize("start", ["hf_folder", "convert_output"])
@@ -164,6 +177,8 @@ def test_finetuning_and_pretraining_start_from_hf(hf_ref, hf_out, tmp_path, star
   from electra_tf.reading.model_source import finetuning_config, pretraining_config
 
   out, _ = hf_out
+  disc_cfg, gen_cfg = (json.load(open(hf_ref / name / "config.json"))
+                       for name in ("discriminator", "generator"))
   path = str(hf_ref if start == "hf_folder" else out)
   (tmp_path / "finetuning_data" / "rte").mkdir(parents=True)
   lines = []
@@ -171,7 +186,8 @@ def test_finetuning_and_pretraining_start_from_hf(hf_ref, hf_out, tmp_path, star
                              lines.append)
   assert lines[0].startswith("Hugging Face ELECTRA: " if start == "hf_folder" else
                              f"model shape from hparams.json in {out}")
-  assert (config.embedding_size, config.vocab_size) == (128, 30522)
+  assert (config.embedding_size, config.vocab_size) == (disc_cfg["embedding_size"],
+                                                        disc_cfg["vocab_size"])
   assert open(config.vocab_file, "rb").read() == (hf_ref / "discriminator" /
                                                   "vocab.txt").read_bytes()
   model = create_model(config, registry.build_tasks(config))
@@ -183,7 +199,8 @@ def test_finetuning_and_pretraining_start_from_hf(hf_ref, hf_out, tmp_path, star
       np.testing.assert_array_equal(variable.numpy(), reader.get_tensor(name), name)
   # Continued pre-training: the same shape, every weight loaded, step 0.
   pre = pretraining_config("m", str(tmp_path), {"init_checkpoint": path, "learning_rate": 1e-4})
-  assert (pre.generator_hidden_size, pre.embedding_size) == (0.25, 128)
+  assert (pre.generator_hidden_size, pre.embedding_size) == (
+    gen_cfg["hidden_size"] / disc_cfg["hidden_size"], disc_cfg["embedding_size"])
   model = build_pretraining_model(pre, vocab={})
 
   class NoSlots:

@@ -62,14 +62,17 @@ def reference(reference_dir, tmp_path_factory):
   folder = reference_dir / "electra_small_2l"
   disc_cfg = BertConfig.from_json_file(str(folder / "bert_config.json"))
   gen_cfg = BertConfig.from_json_file(str(folder / "generator_bert_config.json"))
-  layers, variables = _build(disc_cfg, gen_cfg, 128)
+  # 128 in the big set, 16 in tests/golden
+  e = json.loads((folder / "pretraining_config_resolved.json").read_text())["embedding_size"]
+  layers, variables = _build(disc_cfg, gen_cfg, e)
   report = checkpoints.load_tf1_checkpoint(variables, str(folder / "model.ckpt"),
                                            allow_unused=False)
   assert not report.missing and not report.unused_other
   out = tmp_path_factory.mktemp("hf")
-  written = hf_export.export_hf(variables, disc_cfg, gen_cfg, 128, str(out))
+  written = hf_export.export_hf(variables, disc_cfg, gen_cfg, e, str(out))
   return {"layers": layers, "variables": variables, "disc_cfg": disc_cfg, "gen_cfg": gen_cfg,
-          "out": out, "written": written, "golden": dict(np.load(folder / "golden.npz"))}
+          "embedding_size": e, "out": out, "written": written,
+          "golden": dict(np.load(folder / "golden.npz"))}
 
 
 def _randomize(variables, seed):
@@ -213,13 +216,16 @@ def test_reference_export_tensors_match_ours(reference):
   covered |= _check_tensors(out / "generator", variables, "generator", "electra/embeddings",
                             n_layers=2, has_project=True)
   assert covered == set(variables)  # every model variable is exported somewhere
+  # big set: E 128, H 256, h 64; tests/golden: E 16, H 32, h 8
+  e, big, small = (reference["embedding_size"], reference["disc_cfg"].hidden_size,
+                   reference["gen_cfg"].hidden_size)
   disc = load_file(str(out / "discriminator" / "model.safetensors"))
-  assert disc["electra.embeddings_project.weight"].shape == (256, 128)  # [out, in]
-  assert disc["discriminator_predictions.dense_prediction.weight"].shape == (1, 256)
+  assert disc["electra.embeddings_project.weight"].shape == (big, e)  # [out, in]
+  assert disc["discriminator_predictions.dense_prediction.weight"].shape == (1, big)
   gen = load_file(str(out / "generator" / "model.safetensors"))
-  assert gen["generator_predictions.dense.weight"].shape == (128, 64)
+  assert gen["generator_predictions.dense.weight"].shape == (e, small)
   assert "generator_lm_head.weight" not in gen  # tied, as transformers writes it
-  assert gen["electra.encoder.layer.1.intermediate.dense.weight"].shape == (256, 64)
+  assert gen["electra.encoder.layer.1.intermediate.dense.weight"].shape == (4 * small, small)
 
 
 def test_reference_config_json(reference):
@@ -229,12 +235,14 @@ def test_reference_config_json(reference):
     got = json.loads((out / sub / "config.json").read_text())
     assert got["model_type"] == "electra"
     assert got["architectures"] == [arch]
-    assert got["embedding_size"] == 128
+    assert got["embedding_size"] == reference["embedding_size"]
     assert got["layer_norm_eps"] == 1e-12 and got["pad_token_id"] == 0
     for field, value in cfg.to_dict().items():
       assert got[field] == value, (sub, field)
   gen = json.loads((out / "generator" / "config.json").read_text())
-  assert (gen["hidden_size"], gen["num_attention_heads"], gen["intermediate_size"]) == (64, 1, 256)
+  h = disc_cfg.hidden_size // 4  # generator_hidden_size 0.25: 64 (big set), 8 (tests/golden)
+  assert (gen["hidden_size"], gen["num_attention_heads"], gen["intermediate_size"]) == (
+      h, max(1, h // 64), 4 * h)
 
 
 def test_reference_round_trip_bit_identical(reference):

@@ -42,11 +42,21 @@ def hf_ref(reference_dir):
   return reference_dir / "hf_electra_2l"
 
 
+def _configs(hf_ref):
+  """The lane's (discriminator, generator) config.json: shapes are read, never hard-coded."""
+  return tuple(json.loads((hf_ref / name / "config.json").read_text())
+               for name in ("discriminator", "generator"))
+
+
 def test_import_reproduces_transformers_outputs(hf_ref):
+  d, g = _configs(hf_ref)
   result = hf_import.import_hf(str(hf_ref))
-  assert result.summary == ("Hugging Face ELECTRA: vocab_size 30522, embedding_size 128, "
-                            "hidden 256 x 2 layers, 4 heads, generator 0.25 x 2 layers "
-                            "(tied embeddings)")
+  assert result.summary == (
+    f"Hugging Face ELECTRA: vocab_size {d['vocab_size']}, embedding_size {d['embedding_size']}, "
+    f"hidden {d['hidden_size']} x {d['num_hidden_layers']} layers, "
+    f"{d['num_attention_heads']} heads, generator {g['hidden_size'] / d['hidden_size']:g} x "
+    f"{g['num_hidden_layers']} layers (tied embeddings)")
+  assert g["hidden_size"] / d["hidden_size"] == 0.25  # both lanes: the official small ratio
   assert result.hparams["do_lower_case"] is True
   assert result.vocab_file == str(hf_ref / "discriminator" / "vocab.txt")
   assert result.hparams["untied_generator_embeddings"] is False
@@ -138,7 +148,9 @@ def test_single_folders(hf_ref, tmp_path):
   _model(disc.hparams, disc.variables)
   gen = hf_import.import_hf(str(hf_ref / "generator"))
   assert gen.hparams["electra_objective"] is False and gen.summary.endswith("masked LM only")
-  assert gen.hparams["model_hparam_overrides"] == {"hidden_size": 64, "num_hidden_layers": 2}
+  gen_cfg = _configs(hf_ref)[1]
+  assert gen.hparams["model_hparam_overrides"] == {
+    "hidden_size": gen_cfg["hidden_size"], "num_hidden_layers": gen_cfg["num_hidden_layers"]}
   _model(gen.hparams, gen.variables)  # masked-LM head on the electra tower
   pair = hf_import.import_hf(str(hf_ref / "discriminator"), generator=str(hf_ref / "generator"))
   assert pair.summary == hf_import.import_hf(str(hf_ref)).summary
@@ -190,14 +202,17 @@ def test_errors_are_one_line(hf_ref, tmp_path):
   wide = _copy(hf_ref / "generator", tmp_path / "g")
   json.dump({**json.load(open(wide / "config.json")), "num_attention_heads": 2},
             open(wide / "config.json", "w"))
-  with pytest.raises(ValueError, match="the official generator has 256 / 1"):
+  h = _configs(hf_ref)[1]["hidden_size"]  # the official generator: 4 h / max(1, h // 64)
+  with pytest.raises(ValueError, match=f"the official generator has {4 * h} / {max(1, h // 64)} "
+                     f"for hidden_size {h}"):
     hf_import.import_hf(str(hf_ref / "discriminator"), generator=str(wide))
 
 
 # ---------------------------------------------------------------- tokenizer files
 
 
-def test_tokenizer_files_follow_transformers(hf_ref, tmp_path, vocab_file):
+def test_tokenizer_files_follow_transformers(hf_ref, reference_dir, tmp_path):
+  vocab_file = str(reference_dir / "vocab.txt")  # the lane's vocabulary, which hf_ref ships
   paths = hf_tokenizer.write_tokenizer_files(str(tmp_path), vocab_file, do_lower_case=True,
                                              model_max_length=int(1e30))
   assert sorted(os.listdir(tmp_path)) == ["special_tokens_map.json", "tokenizer_config.json",

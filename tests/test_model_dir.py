@@ -7,7 +7,7 @@ import shutil
 import numpy as np
 import pytest
 import tensorflow as tf
-from helpers.paths import REPO_ROOT
+from helpers.paths import GOLDEN, REPO_ROOT
 
 from electra_tf import checkpoints
 from electra_tf.config import (
@@ -78,7 +78,9 @@ def test_write_model_files_debug_and_finetuning(tmp_path):
 
 def test_write_model_files_rejects_vocab_larger_than_vocab_size(tmp_path, vocab_file):
   config = PretrainingConfig("demo", str(tmp_path), vocab_size=100)
-  with pytest.raises(ValueError, match=r"has 30522 tokens but vocab_size is 100"):
+  with open(vocab_file, encoding="utf-8") as f:
+    n_tokens = sum(1 for _ in f)  # 1016 (tests/golden/vocab.txt)
+  with pytest.raises(ValueError, match=rf"has {n_tokens} tokens but vocab_size is 100"):
     model_dir.write_model_files(str(tmp_path / "m"), config, vocab_file)
 
 
@@ -196,13 +198,22 @@ def _copy_checkpoint(src, dst):
   return dst
 
 
+SHAPES = {"extended": "vocab_size 30522, embedding_size 128, hidden 256 x 2 layers",
+          "golden": "vocab_size 1016, embedding_size 16, hidden 32 x 2 layers"}
+
+
+def _lane(reference_dir):
+  return "golden" if reference_dir == GOLDEN else "extended"
+
+
 @pytest.mark.parametrize("folder_name, summary", [
-  ("electra_small_2l", "inferred from checkpoint: vocab_size 30522, embedding_size 128, "
-   "hidden 256 x 2 layers, generator 0.25 x 2 layers (tied embeddings)"),
-  ("electric_2l", "inferred from checkpoint: vocab_size 30522, embedding_size 128, "
-   "hidden 256 x 2 layers, generator 0.25 x 2 layers (two-tower, Electric)"),
+  ("electra_small_2l", "inferred from checkpoint: {shape}, "
+   "generator 0.25 x 2 layers (tied embeddings)"),
+  ("electric_2l", "inferred from checkpoint: {shape}, "
+   "generator 0.25 x 2 layers (two-tower, Electric)"),
 ])
 def test_infer_reference_pretraining(reference_dir, tmp_path, folder_name, summary):
+  summary = summary.format(shape=SHAPES[_lane(reference_dir)])
   folder = reference_dir / folder_name
   copy = _copy_checkpoint(folder, tmp_path / folder_name)
   values, source = model_dir.model_hparams(str(copy))
@@ -210,16 +221,31 @@ def test_infer_reference_pretraining(reference_dir, tmp_path, folder_name, summa
   inferred, text = model_dir.infer_hparams_from_checkpoint(str(copy / "model.ckpt"))
   assert values == inferred and text == summary
   config, bert, gen = _configs(inferred)
-  assert bert == BertConfig.from_json_file(str(folder / "bert_config.json"))
-  assert gen == BertConfig.from_json_file(str(folder / "generator_bert_config.json"))
+  assert bert == _heads_by_rule(BertConfig.from_json_file(str(folder / "bert_config.json")))
+  assert gen == _heads_by_rule(
+      BertConfig.from_json_file(str(folder / "generator_bert_config.json")))
   resolved = json.load(open(folder / "pretraining_config_resolved.json"))
   for field in model_dir.SHAPE_FIELDS:
     if field != "model_hparam_overrides":
       assert getattr(config, field) == resolved[field], field
   hparams = json.load(open(folder / "hparams.json"))
-  assert inferred["model_hparam_overrides"] == hparams["model_hparam_overrides"]
-  # The inferred values agree with what the run was given (no contradiction).
-  model_dir.merge_hparams(inferred, hparams)
+  guess = inferred["model_hparam_overrides"].get("num_attention_heads")
+  given = hparams["model_hparam_overrides"].get("num_attention_heads", guess)
+  assert {**inferred["model_hparam_overrides"], "num_attention_heads": given} == {
+      **hparams["model_hparam_overrides"], "num_attention_heads": given}
+  # The inferred values agree with what the run was given (no contradiction); the heads, which
+  # no tensor shape records, are the run's.
+  merged = model_dir.merge_hparams(inferred, hparams, inferred=True)
+  assert _configs(merged)[1] == BertConfig.from_json_file(str(folder / "bert_config.json"))
+  if given != guess:
+    with pytest.raises(ValueError, match="num_attention_heads"):
+      model_dir.merge_hparams(inferred, hparams)
+
+
+def _heads_by_rule(bert: BertConfig) -> BertConfig:
+  """``bert`` with the attention heads that inference guesses for its width (``heads_for``)."""
+  return BertConfig(**{**bert.to_dict(),
+                       "num_attention_heads": model_dir.heads_for(bert.hidden_size)})
 
 
 def test_infer_reference_finetuned(reference_dir, tmp_path):
@@ -228,8 +254,12 @@ def test_infer_reference_finetuned(reference_dir, tmp_path):
   inferred, text = model_dir.infer_hparams_from_checkpoint(str(copy / "model.ckpt"))
   assert text.endswith("no discriminator head, fine-tuned heads: chunk, rte, squad, sts")
   hparams = json.load(open(folder / "hparams.json"))
-  merged = model_dir.merge_hparams(inferred, {"task_names": hparams["task_names"]},
-                                   target="finetuning")
+  # The heads, which no tensor shape records, come from the run where it names them.
+  heads = {k: v for k, v in hparams["model_hparam_overrides"].items()
+           if k == "num_attention_heads"}
+  user = {"task_names": hparams["task_names"],
+          **({"model_hparam_overrides": heads} if heads else {})}
+  merged = model_dir.merge_hparams(inferred, user, target="finetuning", inferred=True)
   config = FinetuningConfig("f", "/x", **merged)
   assert get_bert_config(config) == BertConfig.from_json_file(str(folder / "bert_config.json"))
   resolved = json.load(open(folder / "finetuning_config_resolved.json"))
@@ -306,13 +336,29 @@ def test_hparams_for_run_precedence(reference_dir, tmp_path, vocab_file):
   merged, source = model_dir.hparams_for_run({"learning_rate": 1e-3},
                                              [str(run_dir), None, str(ckpt / "model.ckpt")])
   assert source.startswith("checkpoint ") and merged["learning_rate"] == 1e-3
-  assert merged["model_hparam_overrides"] == {"num_hidden_layers": 2}
+  stored = json.load(open(reference_dir / "electra_small_2l" / "hparams.json"))
+  assert merged["model_hparam_overrides"] == {  # heads: not in the shapes (hidden // 64)
+      k: v for k, v in stored["model_hparam_overrides"].items() if k != "num_attention_heads"}
   # Once the run wrote its files, they win; a contradiction names them.
   config = PretrainingConfig("demo", str(tmp_path), **merged)
   model_dir.write_model_files(str(run_dir), config, vocab_file)
   merged, source = model_dir.hparams_for_run({}, [str(run_dir), str(ckpt / "model.ckpt")])
-  assert source == f"hparams.json in {run_dir}" and merged["embedding_size"] == 128
-  with pytest.raises(ValueError, match=f"^hparams.json in {run_dir} says vocab_size 30522 but "
-                     "--hparams gives 100$"):
+  assert source == f"hparams.json in {run_dir}"
+  assert merged["embedding_size"] == stored.get("embedding_size", 128)  # small: 128
+  vocab_size = stored["vocab_size"]
+  with pytest.raises(ValueError, match=f"^hparams.json in {run_dir} says vocab_size {vocab_size} "
+                     "but --hparams gives 100$"):
     model_dir.hparams_for_run({"vocab_size": 100}, [str(run_dir)])
   assert model_dir.hparams_for_run({"a": 1}, [str(tmp_path / "none"), None]) == ({"a": 1}, "")
+
+
+def test_a_run_names_the_heads_that_a_bare_checkpoint_cannot(tmp_path):
+  """Heads are guessed from the width (``heads_for``); the run's own value wins, not a clash."""
+  copy = _copy_checkpoint(GOLDEN / "electra_small_2l", tmp_path / "bare")
+  guess = _configs(model_dir.model_hparams(str(copy))[0])[1].num_attention_heads
+  user = {"model_hparam_overrides": {"num_attention_heads": 2 * guess}}
+  merged, source = model_dir.hparams_for_run(user, [str(copy)])
+  assert source.startswith("checkpoint ")
+  assert merged["model_hparam_overrides"]["num_attention_heads"] == 2 * guess
+  with pytest.raises(ValueError, match="hidden_size"):  # a size is still checked
+    model_dir.hparams_for_run({"model_hparam_overrides": {"hidden_size": 48}}, [str(copy)])

@@ -17,20 +17,24 @@ FIELDS = ("input_ids", "input_mask", "segment_ids")
 
 @pytest.fixture(scope="module")
 def golden(reference_dir):
+  """(the official TFRecord, its examples, their length: 64 golden lane, 128 extended)."""
   d = reference_dir / "pretrain_data"
   examples = json.loads((d / "examples.json").read_text())
-  return str(d / "tfrecords" / "pretrain_data.tfrecord-0-of-1"), examples
+  return (str(d / "tfrecords" / "pretrain_data.tfrecord-0-of-1"), examples,
+          len(examples[0]["input_ids"]))
 
 
 @pytest.fixture(scope="module")
-def shards(reference_dir, vocab_file, tmp_path_factory):
-  """The golden corpus written as 4 shards with max_seq_length 64 (real text)."""
+def shards(reference_dir, vocab_file, golden, tmp_path_factory):
+  """The golden corpus written as 4 shards of half the golden length (real text): (files,
+  number of examples, their length). The length differs from the golden file's on purpose."""
+  length = golden[2] // 2
   out = tmp_path_factory.mktemp("shards")
   bpd.build(bpd.BuildArgs(corpus_dir=str(reference_dir / "pretrain_data" / "corpus"),
-                          vocab_file=vocab_file, output_dir=str(out), max_seq_length=64,
+                          vocab_file=vocab_file, output_dir=str(out), max_seq_length=length,
                           num_out_files=4, seed=4))
   files = sorted(str(p) for p in out.iterdir())
-  return files, sum(1 for f in files for _ in tf.data.TFRecordDataset(f))
+  return files, sum(1 for f in files for _ in tf.data.TFRecordDataset(f)), length
 
 
 def stack(batches):
@@ -38,29 +42,29 @@ def stack(batches):
 
 
 def test_eval_pass_shapes_and_values(golden):
-  path, examples = golden
-  ds = pretraining_dataset(path, batch_size=16, max_seq_length=128, is_training=False)
+  path, examples, length = golden
+  ds = pretraining_dataset(path, batch_size=16, max_seq_length=length, is_training=False)
   for k in FIELDS:
-    assert ds.element_spec[k] == tf.TensorSpec([16, 128], tf.int32)
+    assert ds.element_spec[k] == tf.TensorSpec([16, length], tf.int32)
   got = stack(list(ds))
   n = len(examples) // 16 * 16  # the partial last batch is dropped
   for k in FIELDS:
-    assert got[k].shape == (n, 128)
+    assert got[k].shape == (n, length)
     np.testing.assert_array_equal(got[k], np.array([e[k] for e in examples[:n]]))
 
 
 def test_training_repeats_shuffles_and_is_seeded(shards):
-  files, n_examples = shards
+  files, n_examples, length = shards
   take = 3 * n_examples // 8 + 1  # more than one pass over the data
   run = lambda seed: stack(list(
     pretraining_dataset(os.path.join(os.path.dirname(files[0]), "pretrain_data.tfrecord*"),
-                        batch_size=8, max_seq_length=64, seed=seed).take(take)))
+                        batch_size=8, max_seq_length=length, seed=seed).take(take)))
   a, b, c = run(1), run(1), run(2)
-  assert a["input_ids"].shape == (8 * take, 64)
+  assert a["input_ids"].shape == (8 * take, length)
   for k in FIELDS:
     np.testing.assert_array_equal(a[k], b[k])
   assert not np.array_equal(a["input_ids"], c["input_ids"])
-  eval_order = stack(list(pretraining_dataset(files, 1, 64, is_training=False)))["input_ids"]
+  eval_order = stack(list(pretraining_dataset(files, 1, length, is_training=False)))["input_ids"]
   assert not np.array_equal(a["input_ids"][:len(eval_order)], eval_order)
   # Every example of the data shows up (and nothing else).
   rows = {tuple(r) for r in a["input_ids"]}
@@ -70,7 +74,7 @@ def test_training_repeats_shuffles_and_is_seeded(shards):
 @pytest.mark.parametrize("n_files", [4, 1])  # file-level / record-level sharding
 def test_input_context_splits_the_data(shards, golden, n_files):
   files = shards[0] if n_files == 4 else [golden[0]]
-  length = 64 if n_files == 4 else 128
+  length = shards[2] if n_files == 4 else golden[2]
   everything = stack(list(pretraining_dataset(files, 1, length, is_training=False)))
   parts = []
   for pipeline in range(2):
@@ -86,9 +90,9 @@ def test_input_context_splits_the_data(shards, golden, n_files):
 
 
 def test_comma_separated_patterns_and_lists(shards):
-  files, n = shards
-  one = pretraining_dataset(",".join(files[:2]) + "," + files[2], 1, 64, is_training=False)
-  two = pretraining_dataset(files[:3], 1, 64, is_training=False)
+  files, n, length = shards
+  one = pretraining_dataset(",".join(files[:2]) + "," + files[2], 1, length, is_training=False)
+  two = pretraining_dataset(files[:3], 1, length, is_training=False)
   assert [b["input_ids"].numpy().tolist() for b in one] == \
     [b["input_ids"].numpy().tolist() for b in two]
 
@@ -100,7 +104,7 @@ def write_records(path, records):
 
 
 def test_corrupt_shard_is_named(golden, tmp_path):
-  path, _ = golden
+  path, _, length = golden
   data = bytearray(open(path, "rb").read())
   good = tmp_path / "pretrain_data.tfrecord-0-of-2"
   bad = tmp_path / "pretrain_data.tfrecord-1-of-2"
@@ -108,14 +112,14 @@ def test_corrupt_shard_is_named(golden, tmp_path):
   flipped = bytearray(data)
   flipped[len(data) // 2] ^= 0xFF  # a payload byte in the middle: its CRC no longer matches
   bad.write_bytes(bytes(flipped))
-  ds = pretraining_dataset(str(tmp_path / "*"), 8, 128, is_training=False)
+  ds = pretraining_dataset(str(tmp_path / "*"), 8, length, is_training=False)
   with pytest.raises(tf.errors.InvalidArgumentError, match=f"corrupt or truncated TFRecord "
                      f"shard {bad}"):
     for _ in ds:
       pass
 
   bad.write_bytes(bytes(data[:-100]))  # truncated
-  ds = pretraining_dataset([str(bad)], 8, 128, is_training=False)
+  ds = pretraining_dataset([str(bad)], 8, length, is_training=False)
   with pytest.raises(tf.errors.InvalidArgumentError, match=str(bad)):
     for _ in ds:
       pass
@@ -124,22 +128,25 @@ def test_corrupt_shard_is_named(golden, tmp_path):
   bad_header[3] ^= 0xFF  # the first record's length: caught when the dataset is made
   bad.write_bytes(bytes(bad_header))
   with pytest.raises(ValueError, match=f"corrupt TFRecord shard {bad}"):
-    pretraining_dataset([str(bad)], 8, 128)
+    pretraining_dataset([str(bad)], 8, length)
 
 
 def test_wrong_length_shards(golden, shards, tmp_path):
-  path, _ = golden
-  with pytest.raises(ValueError, match="has input_ids of length 128 but max_seq_length is 64"):
-    pretraining_dataset(path, 8, 64)
+  path, _, length = golden
+  short = shards[2]
+  with pytest.raises(ValueError, match=f"has input_ids of length {length} but max_seq_length is "
+                     f"{short}"):
+    pretraining_dataset(path, 8, short)
   # A later shard of another length fails inside the pipeline, naming that shard. Files are
-  # read in sorted order, so the 128-long copy gets a name that sorts after the good shard.
+  # read in sorted order, so the golden-length copy gets a name that sorts after the good shard.
   first, late = tmp_path / "a.tfrecord", tmp_path / "b.tfrecord"
   first.write_bytes(open(shards[0][0], "rb").read())
   late.write_bytes(open(path, "rb").read())
   files = [str(late), str(first)]
-  ds = pretraining_dataset(files, 8, 64, is_training=False)
+  ds = pretraining_dataset(files, 8, short, is_training=False)
   with pytest.raises(tf.errors.InvalidArgumentError,
-                     match=f"shard {late}: input_ids of length 128 but max_seq_length is 64"):
+                     match=f"shard {late}: input_ids of length {length} but max_seq_length is "
+                     f"{short}"):
     for _ in ds:
       pass
 
@@ -177,7 +184,8 @@ def test_empty_shards_do_not_starve_a_pipeline(shards, tmp_path):
   for pipeline in range(2):
     ctx = tf.distribute.InputContext(num_input_pipelines=2, input_pipeline_id=pipeline,
                                      num_replicas_in_sync=2)
-    ds = pretraining_dataset(str(tmp_path / "*.tfrecord"), 4, 64, seed=0, input_context=ctx)
+    ds = pretraining_dataset(str(tmp_path / "*.tfrecord"), 4, shards[2], seed=0,
+                             input_context=ctx)
     take = shards[1] // 2 + 1  # more examples than all files hold: the pipeline repeats
     batches = list(ds.take(take))
-    assert len(batches) == take and batches[0]["input_ids"].shape == (2, 64)
+    assert len(batches) == take and batches[0]["input_ids"].shape == (2, shards[2])

@@ -14,6 +14,7 @@ import pytest
 import tensorflow as tf
 from helpers import pretrain_data
 from helpers.checkpoint_asserts import assert_same_checkpoint
+from helpers.paths import GOLDEN
 
 from electra_tf import checkpoints, names
 from electra_tf.config import FinetuningConfig, PretrainingConfig
@@ -24,8 +25,11 @@ from electra_tf.pretraining.builder import build_pretraining_model
 from electra_tf.reading import model_dir
 
 # The structure of ../shared/reference/electra_small_2l (2 layers, embedding size != hidden
-# size, generator 1/4 of the discriminator, untied generator, tied embeddings) at tiny sizes.
-TINY = {"model_hparam_overrides": {"hidden_size": 32, "num_hidden_layers": 2},
+# size, generator 1/4 of the discriminator, untied generator, tied embeddings) at tiny sizes,
+# on the vocabulary of the ``vocab_file`` fixture (tests/golden/vocab.txt).
+_VOCAB_SIZE = len((GOLDEN / "vocab.txt").read_text(encoding="utf-8").splitlines())
+TINY = {"vocab_size": _VOCAB_SIZE,
+        "model_hparam_overrides": {"hidden_size": 32, "num_hidden_layers": 2},
         "embedding_size": 16, "generator_hidden_size": 0.25, "untied_generator": True,
         "untied_generator_embeddings": False, "max_seq_length": 32, "train_batch_size": 8,
         "num_train_steps": 2, "iterations_per_loop": 1, "save_checkpoints_steps": 2,

@@ -5,6 +5,7 @@ import random
 import unicodedata
 
 import pytest
+from helpers.paths import GOLDEN
 
 from electra_tf import tokenization
 
@@ -33,13 +34,28 @@ def extra_cases(reference_dir):
 
 
 @pytest.fixture(scope="module")
-def slow(vocab_file):
-  return tokenization.FullTokenizer(vocab_file)
+def lane_vocab(reference_dir):
+  """The vocabulary the lane's official ids were made with (tests/golden or the shared one)."""
+  return str(reference_dir / "vocab.txt")
+
+
+def _vocab_entries(reference_dir):
+  """Entries of the lane's vocabulary as the official load_vocab counts them (a dict: a repeated
+  line counts once): the golden generator records it in stats.json; BERT's has 30522."""
+  if reference_dir != GOLDEN:
+    return 30522
+  stats = json.loads((reference_dir / "tokenizer" / "stats.json").read_text(encoding="utf-8"))
+  return stats["vocab_size"]
 
 
 @pytest.fixture(scope="module")
-def fast(vocab_file):
-  return tokenization.FastTokenizer(vocab_file)
+def slow(lane_vocab):
+  return tokenization.FullTokenizer(lane_vocab)
+
+
+@pytest.fixture(scope="module")
+def fast(lane_vocab):
+  return tokenization.FastTokenizer(lane_vocab)
 
 
 def _slow_ids(tokenizer, lines):
@@ -64,24 +80,24 @@ def test_slow_path_matches_official_tokens_and_ids(slow, corpus, official_ids, r
 
 
 @pytest.mark.parametrize("batch_size", [8192, 997])
-def test_fast_path_matches_official_ids(vocab_file, corpus, official_ids, batch_size):
-  fast = tokenization.FastTokenizer(vocab_file, batch_size=batch_size)
+def test_fast_path_matches_official_ids(lane_vocab, corpus, official_ids, batch_size):
+  fast = tokenization.FastTokenizer(lane_vocab, batch_size=batch_size)
   got = fast.tokenize_to_ids(corpus)
   assert sum(map(len, got)) == sum(map(len, official_ids))
   assert _first_mismatch(corpus, got, official_ids) is None
 
 
 @pytest.mark.parametrize("strip_accents", [True, False])
-def test_extra_cases_both_paths(vocab_file, extra_cases, strip_accents):
+def test_extra_cases_both_paths(lane_vocab, extra_cases, strip_accents):
   key = "ids" if strip_accents else "ids_no_strip_accents"
   tok_key = "tokens" if strip_accents else "tokens_no_strip_accents"
   texts = [case["text"] for case in extra_cases]
   want = [case[key] for case in extra_cases]
-  slow = tokenization.FullTokenizer(vocab_file, strip_accents=strip_accents)
+  slow = tokenization.FullTokenizer(lane_vocab, strip_accents=strip_accents)
   assert _first_mismatch(texts, [slow.tokenize(t) for t in texts],
                          [case[tok_key] for case in extra_cases]) is None
   assert _first_mismatch(texts, _slow_ids(slow, texts), want) is None
-  fast = tokenization.FastTokenizer(vocab_file, strip_accents=strip_accents)
+  fast = tokenization.FastTokenizer(lane_vocab, strip_accents=strip_accents)
   assert _first_mismatch(texts, fast.tokenize_to_ids(texts), want) is None
   # One line at a time too: routing must not depend on the rest of the batch.
   assert [fast.tokenize_to_ids([t])[0] for t in texts] == want
@@ -105,12 +121,12 @@ def _fuzz_lines(n, seed):
 
 @pytest.mark.parametrize("do_lower_case,strip_accents", [(True, True), (True, False),
                                                          (False, True)])
-def test_fast_equals_slow_on_fuzz_and_cased(vocab_file, corpus, do_lower_case, strip_accents):
+def test_fast_equals_slow_on_fuzz_and_cased(lane_vocab, corpus, do_lower_case, strip_accents):
   lines = _fuzz_lines(400, seed=do_lower_case * 2 + strip_accents)
   if not do_lower_case:  # no golden data for cased; the reference path is the spec
     lines += corpus[::7]
-  slow = tokenization.FullTokenizer(vocab_file, do_lower_case, strip_accents)
-  fast = tokenization.FastTokenizer(vocab_file, do_lower_case, strip_accents, batch_size=128)
+  slow = tokenization.FullTokenizer(lane_vocab, do_lower_case, strip_accents)
+  fast = tokenization.FastTokenizer(lane_vocab, do_lower_case, strip_accents, batch_size=128)
   want = _slow_ids(slow, lines)
   assert _first_mismatch(lines, fast.tokenize_to_ids(lines), want) is None
 
@@ -131,18 +147,18 @@ def test_every_code_point_fast_equals_slow(slow, fast):
     assert _first_mismatch(lines, fast.tokenize_to_ids(lines), want) is None
 
 
-def test_batches_and_odd_lines(vocab_file, corpus, slow):
+def test_batches_and_odd_lines(lane_vocab, corpus, slow):
   """All-ASCII and mixed batches, a line's own newlines, controls, bytes input, no lines."""
   odd = ["", "a\nb", "Ünï\r\ncödé", "x\x00y\tz", "  ", "東京\n", "\u00e9" * 201 + " \u00e9"]
   lines = corpus[:150] + odd + corpus[150:170] + odd[::-1] + ["plain ascii"] * 70
   want = _slow_ids(slow, lines)
-  fast = tokenization.FastTokenizer(vocab_file, batch_size=64)
+  fast = tokenization.FastTokenizer(lane_vocab, batch_size=64)
   assert _first_mismatch(lines, fast.tokenize_to_ids(lines), want) is None
   # Bytes lines are decoded as the official convert_to_unicode does.
   assert fast.tokenize_to_ids([line.encode("utf-8") for line in lines]) == want
   assert fast.tokenize_to_ids([]) == []
   with pytest.raises(ValueError, match="batch_size"):
-    tokenization.FastTokenizer(vocab_file, batch_size=0)
+    tokenization.FastTokenizer(lane_vocab, batch_size=0)
 
 
 def test_missing_vocab_file_is_one_line_error(tmp_path):
@@ -154,9 +170,9 @@ def test_missing_vocab_file_is_one_line_error(tmp_path):
     assert str(missing) in message and "\n" not in message
 
 
-def test_validate_vocab(tmp_path, vocab_file):
-  vocab = tokenization.load_vocab(vocab_file)
-  assert len(vocab) == 30522 and vocab["[MASK]"] == 103
+def test_validate_vocab(tmp_path, lane_vocab, reference_dir):
+  vocab = tokenization.load_vocab(lane_vocab)
+  assert len(vocab) == _vocab_entries(reference_dir) and vocab["[MASK]"] == 103
   tokenization.validate_vocab(vocab)
   del vocab["[MASK]"]
   with pytest.raises(ValueError, match=r"\[MASK\]") as info:

@@ -137,10 +137,14 @@ def test_loss(run, golden, step):
 
 
 @pytest.mark.parametrize("step", STEPS)
-def test_gradient_types(run, meta, step):
+def test_gradient_types(run, meta, golden, step):
   grads = run["steps"][step - 1]["grads"]
   assert isinstance(grads[WORD], tf.IndexedSlices)
-  assert grads[WORD].values.shape == (8 * 128, 128)
+  # one unmerged row per position of the batch, padding included: [8 * 128, 128] (big lane)
+  batch, seq_len = golden[f"step{step}/in/input_ids"].shape
+  embedding_size = golden[f"step{step}/grad_values/{WORD}"].shape[1]
+  assert grads[WORD].values.shape == (batch * seq_len, embedding_size)
+  assert (batch, embedding_size) == (8, run["state"][WORD].shape[1])
   for name in DENSE_EMBEDDINGS:
     assert not isinstance(grads[name], tf.IndexedSlices), name
   want = {n: "IndexedSlices" if isinstance(g, tf.IndexedSlices) else "Tensor"

@@ -263,8 +263,11 @@ class SpanQAHead(TaskHead):
       start_logits += mask_adder
       start_top_log_probs, start_top_index = tf.nn.top_k(tf.nn.log_softmax(start_logits), k=k)
       if training:
-        start_features = tf.gather(hidden, start_positions, batch_dims=1)[:, None]  # [B, 1, H]
-        end_hidden = self.end_hidden(start_features, hidden)[:, 0]  # [B, T, D]
+        # One concat matmul, as the official training path: the split form of end_hidden rounds
+        # differently, and a rounding step at -1000 (masked positions) is 6e-5.
+        start_features = tf.gather(hidden, start_positions, batch_dims=1)  # [B, H]
+        start_tiled = tf.tile(start_features[:, None], [1, seq_length, 1])  # [B, T, H]
+        end_hidden = gelu(self.qa_hidden(tf.concat([start_tiled, hidden], -1)))  # [B, T, D]
         end_logits = tf.squeeze(self.end_dense(end_hidden), -1) + mask_adder  # [B, T]
       else:
         start_features = tf.gather(hidden, start_top_index, batch_dims=1)  # [B, K, H]

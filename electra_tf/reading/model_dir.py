@@ -139,7 +139,7 @@ def _effective_embedding(values: Mapping[str, Any], hidden: Any) -> Any:
 
 def merge_hparams(stored: Mapping[str, Any] | None, user: Mapping[str, Any],
                   source: str = HPARAMS_FILE, target: str = "pretraining",
-                  user_source: str = "--hparams") -> dict[str, Any]:
+                  user_source: str = "--hparams", inferred: bool = False) -> dict[str, Any]:
   """``user`` hparams completed with the stored SHAPE fields; contradictions are errors.
 
   Args:
@@ -148,6 +148,8 @@ def merge_hparams(stored: Mapping[str, Any] | None, user: Mapping[str, Any],
     source: names the stored values in errors (``hparams_source(model_dir)``).
     target: "pretraining" or "finetuning": fields the target config lacks (generator and
       objective flags for fine-tuning) are left out.
+    inferred: ``stored`` was inferred from tensor shapes; its guesses (``GUESSED_KEYS``: the
+      attention heads, which no shape records) give way to the user's values.
   Raises:
     ValueError: ``<source> says <field> <stored> but --hparams gives <user>``.
   """
@@ -164,6 +166,8 @@ def merge_hparams(stored: Mapping[str, Any] | None, user: Mapping[str, Any],
   s_over = dict(stored.get("model_hparam_overrides") or {})
   u_over = dict(user.get("model_hparam_overrides") or {})
   for key in OVERRIDE_SHAPE_KEYS:
+    if inferred and key in GUESSED_KEYS:
+      continue
     if key in s_over and key in u_over and s_over[key] != u_over[key]:
       raise clash(f"model_hparam_overrides.{key}", s_over[key], u_over[key])
   if "vocab_size" in u_over and "vocab_size" in stored and u_over["vocab_size"] != \
@@ -186,7 +190,7 @@ def merge_hparams(stored: Mapping[str, Any] | None, user: Mapping[str, Any],
   if "model_size" in stored:  # sizes the presets imply, not only the keys both name
     want, got = _resolved_sizes(stored), _resolved_sizes(merged)
     for key in SIZE_KEYS:
-      if want[key] != got[key]:
+      if want[key] != got[key] and not (inferred and key in GUESSED_KEYS):
         raise clash(key, want[key], got[key])
   over = merged.get("model_hparam_overrides") or {}
   if user.get("debug") and any(over.get(k, v) != v for k, v in DEBUG_BERT_SIZES.items()):
@@ -218,6 +222,9 @@ def model_size_for(hidden: int) -> str:
     if sizes["hidden_size"] == hidden:
       return name
   return "small" if hidden < 768 else "base" if hidden < 1024 else "large"
+
+
+GUESSED_KEYS = ("num_attention_heads",)  # inferred from a checkpoint by heads_for, not read
 
 
 def heads_for(hidden: int) -> int:
@@ -372,5 +379,7 @@ def hparams_for_run(user: Mapping[str, Any], places: list[str | None],
       continue
     stored, source = model_hparams(place)
     if stored is not None:
-      return merge_hparams(stored, user, source=source, target=target), source
+      inferred = read_model_hparams(place) is None
+      return merge_hparams(stored, user, source=source, target=target,
+                           inferred=inferred), source
   return dict(user), ""

@@ -171,7 +171,7 @@ def describe(path: str | None, user: Mapping[str, Any], target: str = "pretraini
     return ModelSource(dict(user), "", vocab_beside(path), model)
   inferred, summary = model_dir.infer_hparams_from_checkpoint(model.prefix)
   merged = model_dir.merge_hparams(inferred, user, source=f"checkpoint {model.prefix}",
-                                   target=target)
+                                   target=target, inferred=True)
   return ModelSource(merged, summary, vocab_beside(path), model)
 
 

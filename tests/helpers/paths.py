@@ -14,7 +14,6 @@ import pathlib
 REPO_ROOT = pathlib.Path(__file__).resolve().parents[2]
 GOLDEN = REPO_ROOT / "tests" / "golden"  # official goldens at tiny shapes (tests/golden/README.md)
 TEST_DATA = REPO_ROOT / "tests" / "data"  # licensed excerpts (tests/data/SOURCE.md)
-SHARED_FROM_ENV = "ELECTRA_SHARED" in os.environ
 SHARED = pathlib.Path(os.environ.get("ELECTRA_SHARED", REPO_ROOT.parent / "shared"))
 REFERENCE = SHARED / "reference"  # extended lane: outputs of the official code (its README.md)
 DATA = SHARED / "data"  # extended lane: full real data sets

@@ -14,7 +14,7 @@ import pathlib
 from tools.official_goldens import official
 
 SPECIALS = ["[PAD]", *[f"[unused{i}]" for i in range(99)], "[UNK]", "[CLS]", "[SEP]", "[MASK]"]
-SUFFIXES = ["##s", "##ed", "##ing", "##ly", "##er", "##est", "##ion", "##ness", "##ment", "##ful"]
+SUFFIXES = ["##es", "##ed", "##ing", "##ly", "##er", "##est", "##ion", "##ness", "##ment", "##ful"]
 SOURCES = ("austen-emma.txt", "austen-persuasion.txt", "austen-sense.txt", "blake-poems.txt")
 N_WORDS = 800
 
@@ -36,6 +36,8 @@ def build(text_dir: pathlib.Path) -> list[str]:
   chars = sorted({c for w in counts for c in w})
   pieces = list(SPECIALS) + chars + ["##" + c for c in chars] + SUFFIXES
   seen = set(pieces)
+  if len(seen) != len(pieces):  # a duplicate line would leave an id that no text produces
+    raise ValueError("a WordPiece is listed twice")
   for word, _ in sorted(counts.items(), key=lambda kv: (-kv[1], kv[0])):
     if len(pieces) >= len(SPECIALS) + 2 * len(chars) + len(SUFFIXES) + N_WORDS:
       break
