@@ -51,7 +51,7 @@ def pytest_collection_modifyitems(config, items):
 
 
 def pytest_unconfigure(config):
-  """The run's last line, without the shared folder: the extended lane did not run (not a failure)."""
+  """Without the shared folder, the run's last line: the extended lane did not run (no failure)."""
   if not EXTENDED and not hasattr(config, "workerinput"):
     print(f"extended parity lane did not run: {REFERENCE} not found; to run it, {_HOW}")
 

@@ -105,7 +105,7 @@ def test_run_pretraining_says_once_that_the_discriminator_collapsed(tmp_path, da
              "model_hparam_overrides": {"hidden_size": 32, "num_hidden_layers": 2},
              "train_batch_size": 8, "num_train_steps": 40, "iterations_per_loop": 5,
              "save_checkpoints_steps": 40, "num_warmup_steps": 5, "learning_rate": 0.1,
-             "seed": 3}
+             "seed": 3, "vocab_size": pretrain_data.vocab_size(vocab_file)}
   env = {**os.environ, "CUDA_VISIBLE_DEVICES": "-1", "TF_USE_LEGACY_KERAS": "1"}
   proc = subprocess.run(
       [sys.executable, str(REPO_ROOT / "run_pretraining.py"), "--data_dir", str(tmp_path),

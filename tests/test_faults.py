@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import contextlib
 import hashlib
+import json
 import os
 import pathlib
 import shutil
@@ -19,7 +20,7 @@ import pytest
 import tensorflow as tf
 import tf_keras
 from helpers import procs, toy_train
-from helpers.paths import REPO_ROOT
+from helpers.paths import GOLDEN, REPO_ROOT
 
 from data_prep import build_pretraining_dataset as bpd
 from electra_tf import checkpoints, tokenization, training
@@ -29,7 +30,6 @@ from electra_tf.pretraining import data, data_check
 TOY = pathlib.Path(__file__).parent / "helpers" / "toy_train.py"
 ENV = {**os.environ, "TF_CPP_MIN_LOG_LEVEL": "3", "CUDA_VISIBLE_DEVICES": "-1",
        "TF_USE_LEGACY_KERAS": "1"}
-SEQ = 128  # max_seq_length of the golden shard
 _RECORD_OVERHEAD = 16
 
 
@@ -54,6 +54,26 @@ def _cli(*args: str, timeout: float = 300) -> subprocess.CompletedProcess:
 @pytest.fixture(scope="module")
 def golden_shard(reference_dir) -> pathlib.Path:
   return reference_dir / "pretrain_data" / "tfrecords" / "pretrain_data.tfrecord-0-of-1"
+
+
+@pytest.fixture(scope="module")
+def seq(reference_dir) -> int:
+  """max_seq_length of the lane's golden shard (128 extended, 64 golden)."""
+  args = json.loads((reference_dir / "pretrain_data" / "build_args.json").read_text())
+  return args["max_seq_length"]
+
+
+@pytest.fixture(scope="module")
+def vocab_size(reference_dir) -> int:
+  """WordPieces of the lane's vocabulary, which built the golden shard."""
+  return len(tokenization.vocab_lines(str(reference_dir / "vocab.txt")))
+
+
+@pytest.fixture(scope="module")
+def small_vocab(reference_dir) -> int:
+  """A smaller vocab_size than the golden shard's ids need, its first example included (the
+  golden lane's 1016 WordPieces: ids 1000+ are rare, 500+ are not)."""
+  return 500 if reference_dir == GOLDEN else 1000
 
 
 def _readable_bytes(data: bytes, cut: int) -> int:
@@ -101,11 +121,11 @@ class TinyModel(tf_keras.Model):
 
 
 def _train_on(files: list[str], model_dir: pathlib.Path, vocab_size: int, lines: list[str],
-              num_train_steps: int = 1000) -> training.Trainer:
+              seq: int, num_train_steps: int = 1000) -> training.Trainer:
   strategy = _one_device()
   with strategy.scope():
     model = TinyModel(vocab_size)
-    model({"input_ids": tf.zeros([1, SEQ], tf.int32), "input_mask": tf.ones([1, SEQ], tf.int32)})
+    model({"input_ids": tf.zeros([1, seq], tf.int32), "input_mask": tf.ones([1, seq], tf.int32)})
     optimizer = tf_keras.optimizers.Adam(0.01)
   trainer = training.Trainer(
       strategy, model, optimizer,
@@ -114,11 +134,12 @@ def _train_on(files: list[str], model_dir: pathlib.Path, vocab_size: int, lines:
                              save_checkpoints_steps=10),
       log_fn=lines.append)
   trainer.train(lambda ctx: data.pretraining_dataset(
-      files, 8, SEQ, is_training=True, seed=3, input_context=ctx, vocab_size=vocab_size))
+      files, 8, seq, is_training=True, seed=3, input_context=ctx, vocab_size=vocab_size))
   return trainer
 
 
-def test_truncated_shard_mid_run_saves_progress_and_names_shard(golden_shard, tmp_path):
+def test_truncated_shard_mid_run_saves_progress_and_names_shard(golden_shard, tmp_path, seq,
+                                                               vocab_size):
   good, bad = tmp_path / "pretrain_data.tfrecord-0-of-2", tmp_path / "pretrain_data.tfrecord-1-of-2"
   content = golden_shard.read_bytes()
   good.write_bytes(content)
@@ -127,7 +148,7 @@ def test_truncated_shard_mid_run_saves_progress_and_names_shard(golden_shard, tm
   readable = _readable_bytes(content, cut)
   model_dir, lines = tmp_path / "run", []
   with pytest.raises(training.InputDataError) as err:
-    _train_on([str(good), str(bad)], model_dir, 30522, lines)
+    _train_on([str(good), str(bad)], model_dir, vocab_size, lines, seq)
   step = int(training.latest_checkpoint(str(model_dir)).rsplit("-", 1)[1])
   assert step > 10 and step % 10  # mid-run, between two periodic saves
   assert str(err.value) == (
@@ -139,9 +160,10 @@ def test_truncated_shard_mid_run_saves_progress_and_names_shard(golden_shard, tm
   assert good.read_bytes() == content  # the data is only read
 
 
-def test_check_data_reports_every_bad_shard(golden_shard, tmp_path, monkeypatch):
+def test_check_data_reports_every_bad_shard(golden_shard, tmp_path, monkeypatch, seq,
+                                            small_vocab):
   shutil.copy(golden_shard, tmp_path / "a.tfrecord")  # ids of a larger vocabulary
-  _remap_ids(golden_shard, tmp_path / "d.tfrecord", 1000)  # good
+  _remap_ids(golden_shard, tmp_path / "d.tfrecord", small_vocab)  # good
   content = (tmp_path / "d.tfrecord").read_bytes()
   cut = len(content) // 2
   (tmp_path / "b.tfrecord").write_bytes(content[:cut])  # truncated
@@ -151,13 +173,13 @@ def test_check_data_reports_every_bad_shard(golden_shard, tmp_path, monkeypatch)
   pattern = str(tmp_path / "*.tfrecord")
   lines: list[str] = []
   with pytest.raises(ValueError) as err:
-    data_check.check_data(pattern, SEQ, vocab_size=1000, log_fn=lines.append)
-  first_bad = _first_bad_id(golden_shard, 1000)
+    data_check.check_data(pattern, seq, vocab_size=small_vocab, log_fn=lines.append)
+  first_bad = _first_bad_id(golden_shard, small_vocab)
   c_readable = _readable_bytes(content, len(content) // 2 + 1)  # records before the flip
   assert str(err.value) == (
       "3 of 4 data shard(s) are bad: "
       f"pretraining_dataset: shard {tmp_path}/a.tfrecord has token id {first_bad} but "
-      "vocab_size is 1000 (built with a different vocab?); "
+      f"vocab_size is {small_vocab} (built with a different vocab?); "
       f"pretraining_dataset: corrupt or truncated TFRecord shard {tmp_path}/b.tfrecord: records "
       f"readable up to byte {_readable_bytes(content, cut)} of {cut}; "
       f"pretraining_dataset: corrupt or truncated TFRecord shard {tmp_path}/c.tfrecord: records "
@@ -165,37 +187,38 @@ def test_check_data_reports_every_bad_shard(golden_shard, tmp_path, monkeypatch)
   assert "\n" not in str(err.value)
 
   good = [str(tmp_path / "d.tfrecord")]
-  assert data_check.check_data(good, SEQ, vocab_size=1000, log_fn=lines.append) == good
+  assert data_check.check_data(good, seq, vocab_size=small_vocab, log_fn=lines.append) == good
   assert lines[-1].startswith("Checked 1 data shard(s), 0.1 MiB, in ")
   assert lines[-1].endswith("s: all readable")
-  assert data_check.check_data(pattern, SEQ, check=False) == []  # never
+  assert data_check.check_data(pattern, seq, check=False) == []  # never
   monkeypatch.setattr(data_check, "AUTO_LIMIT_BYTES", 1000)  # auto: "large" data is skipped
-  assert data_check.check_data(pattern, SEQ, vocab_size=1000, log_fn=lines.append) == []
+  assert data_check.check_data(pattern, seq, vocab_size=small_vocab, log_fn=lines.append) == []
   assert lines[-1] == ("Not checking the 4 data shard(s) up front: 0.0 GiB (set check_data to "
                        "check them anyway)")
   with pytest.raises(ValueError, match="^3 of 4 data shard"):  # True: always
-    data_check.check_data(pattern, SEQ, vocab_size=1000, check=True)
+    data_check.check_data(pattern, seq, vocab_size=small_vocab, check=True)
 
 
-def test_token_id_out_of_vocab(golden_shard, tmp_path):
+def test_token_id_out_of_vocab(golden_shard, tmp_path, seq, small_vocab):
   small = tmp_path / "a.tfrecord"  # sorts first: the up-front check of one example passes
-  _remap_ids(golden_shard, small, 1000)
+  _remap_ids(golden_shard, small, small_vocab)
   foreign = tmp_path / "b.tfrecord"
   shutil.copy(golden_shard, foreign)
-  first_bad = _first_bad_id(golden_shard, 1000)
+  first_bad = _first_bad_id(golden_shard, small_vocab)
   with pytest.raises(ValueError) as err:
-    data.pretraining_dataset([str(foreign)], 8, SEQ, vocab_size=1000)
+    data.pretraining_dataset([str(foreign)], 8, seq, vocab_size=small_vocab)
   assert str(err.value) == (f"pretraining_dataset: shard {foreign} has token id {first_bad} but "
-                            "vocab_size is 1000 (built with a different vocab?)")
+                            f"vocab_size is {small_vocab} (built with a different vocab?)")
 
   model_dir, lines = tmp_path / "run", []
   with pytest.raises(training.InputDataError) as err:
-    _train_on([str(small), str(foreign)], model_dir, 1000, lines)
+    _train_on([str(small), str(foreign)], model_dir, small_vocab, lines, seq)
   latest = training.latest_checkpoint(str(model_dir))
   step = int(latest.rsplit("-", 1)[1]) if latest else 0
   assert str(err.value) == (
-      f"pretraining_dataset: shard {foreign} has token id {first_bad} but vocab_size is 1000 "
-      f"(built with a different vocab?) (at step {step}; latest checkpoint: {latest or 'none'})")
+      f"pretraining_dataset: shard {foreign} has token id {first_bad} but vocab_size is "
+      f"{small_vocab} (built with a different vocab?) (at step {step}; latest checkpoint: "
+      f"{latest or 'none'})")
 
 
 def test_finetuning_token_id_out_of_vocab(tmp_path):
@@ -425,7 +448,7 @@ def test_non_utf8_vocab_names_the_file(tmp_path, vocab_file):
   with pytest.raises(ValueError) as err:
     bpd.check_vocab(str(bad))
   assert str(err.value) == want
-  assert len(tokenization.vocab_lines(vocab_file)) == 30522
+  assert len(tokenization.vocab_lines(vocab_file)) == 1016  # tests/golden/vocab.txt, whole
 
 
 def test_staged_export_keeps_the_old_folder_when_writing_fails(tmp_path):

@@ -1,5 +1,6 @@
-"""The featurised-data cache is keyed on what produced it: real RTE rows in tmp folders, edited
-or re-configured between runs, must be re-featurised (one line says why) or reused."""
+"""The featurised-data cache is keyed on what produced it: RTE-layout rows (tests/data) in tmp
+folders, edited or re-configured between runs, must be re-featurised (one line says why) or
+reused."""
 
 import json
 import os
@@ -77,7 +78,7 @@ def test_unchanged_cache_is_reused_without_featurising(root, vocab_file, capsys)
 def test_edited_train_file_is_rebuilt_and_used(root, vocab_file, data_dir, capsys):
   Run(root, vocab_file).train_records()
   capsys.readouterr()
-  # other real rows, same count: same size class, same number of records
+  # other rows, same count: same size class, same number of records
   (root / "finetuning_data" / "rte" / "train.tsv").write_text(
       _rows(data_dir / "glue" / "RTE" / "train.tsv", 101, 117))
   run = Run(root, vocab_file)

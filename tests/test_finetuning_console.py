@@ -118,11 +118,11 @@ def _run_finetuning(data_dir, hparams):
 
 @pytest.mark.slow
 def test_run_checks_settings_first_and_prints_little_before_progress(
-    reference_dir, data_dir, vocab_file, tmp_path):
+    reference_dir, data_dir, tmp_path):
   _write_rte(tmp_path, data_dir)
   hparams = {"task_names": ["rte"], "init_checkpoint": str(reference_dir / "electra_small_2l"),
-             "vocab_file": vocab_file, "train_batch_size": 8, "eval_batch_size": 8,
-             "num_train_epochs": 1.0, "seed": 1, "doc_stride": 64}
+             "vocab_file": str(reference_dir / "vocab.txt"), "train_batch_size": 8,
+             "eval_batch_size": 8, "num_train_epochs": 1.0, "seed": 1, "doc_stride": 64}
   # A bad max_seq_length: one error line, before any config, cache or model file is written.
   bad = _run_finetuning(tmp_path, {**hparams, "max_seq_length": 4096})
   assert bad.returncode == 1, bad.stderr[-3000:]

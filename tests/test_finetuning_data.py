@@ -14,20 +14,31 @@ def tokenizer(vocab_file):
   return registry.make_tokenizer(vocab_file)
 
 
-# (class, folder, {split: examples}) with the row counts verified in shared/data/glue
+@pytest.fixture(scope="module")
+def full_tokenizer(shared_data_dir):
+  """BERT's 30522-WordPiece vocabulary of the shared folder, for its full data sets."""
+  return registry.make_tokenizer(str(shared_data_dir.parent / "reference" / "vocab.txt"))
+
+
+# (class, folder, {split: examples}): the in-repo files (tests/data/make_task_files.py) and the
+# row counts verified in the shared folder's data/glue (extended lane)
 GLUE = [
-    (classification.CoLA, "CoLA", {"train": 8551, "dev": 1043, "test": 1063}),
-    (classification.SST, "SST-2", {"train": 67349, "dev": 872, "test": 1821}),
-    (classification.MRPC, "MRPC", {"train": 2 * 3668, "dev": 408, "test": 1725}),  # + swapped
-    (classification.RTE, "RTE", {"train": 2490, "dev": 277, "test": 3000}),
-    (classification.STS, "STS-B", {"train": 2 * 5749, "dev": 1500, "test": 1379}),  # + swapped
-    (classification.QNLI, "QNLI", {"dev": 5463, "test": 5463}),
+    (classification.CoLA, "CoLA", {"train": 60, "dev": 30, "test": 20},
+     {"train": 8551, "dev": 1043, "test": 1063}),
+    (classification.SST, "SST-2", {"train": 320, "dev": 60, "test": 40},
+     {"train": 67349, "dev": 872, "test": 1821}),
+    (classification.MRPC, "MRPC", {"train": 2 * 60, "dev": 30, "test": 20},  # + swapped
+     {"train": 2 * 3668, "dev": 408, "test": 1725}),
+    (classification.RTE, "RTE", {"train": 120, "dev": 205, "test": 112},
+     {"train": 2490, "dev": 277, "test": 3000}),
+    (classification.STS, "STS-B", {"train": 2 * 80, "dev": 40, "test": 120},  # + swapped
+     {"train": 2 * 5749, "dev": 1500, "test": 1379}),
+    (classification.QNLI, "QNLI", {"dev": 30, "test": 20}, {"dev": 5463, "test": 5463}),
 ]
 
 
-@pytest.mark.parametrize("cls,folder,counts", GLUE, ids=[g[1] for g in GLUE])
-def test_real_glue_splits(data_dir, tokenizer, cls, folder, counts):
-  task = cls(str(data_dir / "glue" / folder), tokenizer, SEQ, task_id=2)
+def _check_glue_splits(glue_dir, tokenizer, cls, counts):
+  task = cls(str(glue_dir), tokenizer, SEQ, task_id=2)
   for split, n in counts.items():
     examples = task.get_examples(split)
     assert len(examples) == n, split
@@ -44,17 +55,37 @@ def test_real_glue_splits(data_dir, tokenizer, cls, folder, counts):
       assert set(f) - {"input_ids", "input_mask", "segment_ids", "task_id"} == spec_names
 
 
-def test_double_unordered_swaps_pairs(data_dir, tokenizer):
-  task = classification.STS(str(data_dir / "glue" / "STS-B"), tokenizer, SEQ)
+@pytest.mark.parametrize("cls,folder,counts,real_counts", GLUE, ids=[g[1] for g in GLUE])
+def test_real_glue_splits(data_dir, tokenizer, cls, folder, counts, real_counts):
+  _check_glue_splits(data_dir / "glue" / folder, tokenizer, cls, counts)
+
+
+@pytest.mark.extended
+@pytest.mark.parametrize("cls,folder,counts,real_counts", GLUE, ids=[g[1] for g in GLUE])
+def test_full_glue_splits(shared_data_dir, full_tokenizer, cls, folder, counts, real_counts):
+  """The full GLUE files of the shared folder: every row read, with the verified counts."""
+  _check_glue_splits(shared_data_dir / "glue" / folder, full_tokenizer, cls, real_counts)
+
+
+def _check_double_unordered(sts_dir, tokenizer, n_dev):
+  task = classification.STS(str(sts_dir), tokenizer, SEQ)
   train = task.get_examples("train")
   half = len(train) // 2
   assert (train[half].text_a, train[half].text_b) == (train[0].text_b, train[0].text_a)
   assert train[half].eid == half and train[half].label == train[0].label
   assert (task.featurize(train[0])[0]["sts_targets"] == pytest.approx(train[0].label / 5))
-  single = classification.STS(str(data_dir / "glue" / "STS-B"), tokenizer, SEQ,
-                              double_unordered=False)
+  single = classification.STS(str(sts_dir), tokenizer, SEQ, double_unordered=False)
   assert len(single.get_examples("train")) == half
-  assert len(task.get_examples("dev")) == 1500  # never doubled outside train
+  assert len(task.get_examples("dev")) == n_dev  # never doubled outside train
+
+
+def test_double_unordered_swaps_pairs(data_dir, tokenizer):
+  _check_double_unordered(data_dir / "glue" / "STS-B", tokenizer, 40)
+
+
+@pytest.mark.extended
+def test_double_unordered_swaps_pairs_full(shared_data_dir, full_tokenizer):
+  _check_double_unordered(shared_data_dir / "glue" / "STS-B", full_tokenizer, 1500)
 
 
 def test_pair_truncation_pops_longer_side(tokenizer):
@@ -113,11 +144,11 @@ def test_mnli_qqp_wnli_official_layouts(data_dir, tokenizer, tmp_path):
   assert task.featurize(task.get_examples("train")[0])[0]["wnli_label_ids"] == 1
 
 
-def test_real_chunk_test_split(data_dir, tokenizer):
-  task = tagging.Chunking(str(data_dir / "chunk"), tokenizer, SEQ)
+def _check_chunk_test_split(chunk_dir, tokenizer, n_sentences, n_labels):
+  task = tagging.Chunking(str(chunk_dir), tokenizer, SEQ)
   examples = task.get_examples("test")
-  assert len(examples) == 2012
-  assert len(task.label_mapping) == 42
+  assert len(examples) == n_sentences
+  assert len(task.label_mapping) == n_labels
   for ex in examples[:5]:
     (f,) = task.featurize(ex)
     n_words = int(sum(f["chunk_labels_mask"]))
@@ -126,6 +157,17 @@ def test_real_chunk_test_split(data_dir, tokenizer):
     assert positions[0] == 1 and positions == sorted(set(positions))  # strictly increasing
     assert set(f["segment_ids"][:sum(f["input_mask"])]) == {1}
     assert f["chunk_labels"][:n_words] == ex.labels
+
+
+def test_real_chunk_test_split(data_dir, tokenizer):
+  """The in-repo CoNLL-format files: 110 test sentences; BIOES tags B/I/E/S of NP and VP, S of
+  ADJP, ADVP and PP, and O."""
+  _check_chunk_test_split(data_dir / "chunk", tokenizer, 110, 12)
+
+
+@pytest.mark.extended
+def test_full_chunk_test_split(shared_data_dir, full_tokenizer):
+  _check_chunk_test_split(shared_data_dir / "chunk", full_tokenizer, 2012, 42)
 
 
 def test_tagging_official_truncation_budget(tokenizer, tmp_path):
@@ -139,7 +181,12 @@ def test_tagging_official_truncation_budget(tokenizer, tmp_path):
   assert f["chunk_labels"] == [5] * 100 + [0] * 28  # labels are not cut to the kept words
 
 
-def test_tokenize_and_align_keeps_words_whole(tokenizer):
+def test_tokenize_and_align_keeps_words_whole(tmp_path):
+  # its own vocabulary: the goldens' small one has no "record" and no CJK characters
+  vocab = tmp_path / "vocab.txt"
+  vocab.write_text("\n".join(["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]", "cafe", "near", "-",
+                              "record", "\u4e2d", "\u56fd", "##\u56fd"]) + "\n", encoding="utf-8")
+  tokenizer = registry.make_tokenizer(str(vocab))
   aligned = wordpiece.tokenize_and_align(tokenizer, ["Caf\u00e9", "near-record", "\u4e2d\u56fd"])
   assert aligned[0] == ["[CLS]"] and aligned[-1] == ["[SEP]"]
   assert aligned[1] == tokenizer.tokenize("cafe")

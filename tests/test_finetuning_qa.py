@@ -1,4 +1,5 @@
-"""SQuAD / MRQA reading, windowing and n-best decoding on the real SQuAD 2.0 dev sample."""
+"""SQuAD / MRQA reading, windowing and n-best decoding on a SQuAD 2.0 dev-layout sample
+(tests/data/squad)."""
 
 import copy
 import json
@@ -144,7 +145,12 @@ def test_dev_split_has_no_positions(squad_json, tokenizer, tmp_path):
   assert "squad_start_positions" not in f and f["squad_eid"] == 0
 
 
-def test_helpers_hand_cases(tokenizer):
+def test_helpers_hand_cases(tmp_path):
+  # its own vocabulary: the goldens' small one splits "1895" into single digits
+  vocab = tmp_path / "vocab.txt"
+  vocab.write_text("\n".join(["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]", "(", ")", "-", ".",
+                              "1895", "1943"]) + "\n", encoding="utf-8")
+  tokenizer = registry.make_tokenizer(str(vocab))
   words, offsets = qa.split_context("Sir  Walter\u202fElliot, of\tKellynch")
   assert words == ["Sir", "Walter", "Elliot,", "of", "Kellynch"]
   assert offsets[:6] == [0, 0, 0, 0, 0, 1] and len(offsets) == 31

@@ -2,7 +2,7 @@
 outputs, a trial's record or the results are written, while a finished trial's folder is
 deleted, between trials) and rerun with the same command ends as an uninterrupted run does,
 bit for bit, never training a finished trial again; a rerun with other settings moves the old
-work aside with one line. Real run_finetuning.py subprocesses on real RTE rows."""
+work aside with one line. Real run_finetuning.py subprocesses on RTE-layout rows (tests/data)."""
 
 from __future__ import annotations
 
@@ -37,7 +37,7 @@ def _rows(path: pathlib.Path, start: int, stop: int) -> str:
 
 @pytest.fixture(scope="module")
 def root(data_dir, tmp_path_factory) -> pathlib.Path:
-  """<root>/finetuning_data/rte: 40 train, 16 dev and 8 test rows of real RTE."""
+  """<root>/finetuning_data/rte: 40 train, 16 dev and 8 test rows of tests/data/glue/RTE."""
   root = tmp_path_factory.mktemp("trials")
   rte = root / "finetuning_data" / "rte"
   rte.mkdir(parents=True)

@@ -38,8 +38,10 @@ def _uses_outside_extended(path: pathlib.Path) -> list[str]:
   tree = ast.parse(path.read_text())
   extended = set()
   for node in ast.walk(tree):
+    # tests marked extended; fixtures built on shared_data_dir (the guard checks their users)
     if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)) and any(
-        "extended" in ast.unparse(d) for d in node.decorator_list):
+        "extended" in ast.unparse(d) or "fixture" in ast.unparse(d)
+        for d in node.decorator_list):
       extended.update(id(n) for n in ast.walk(node))
   found = []
   for node in ast.walk(tree):

@@ -19,7 +19,7 @@ import time
 import pytest
 import tensorflow as tf
 from helpers import pretrain_data, procs
-from helpers.paths import REPO_ROOT
+from helpers.paths import GOLDEN, REPO_ROOT
 
 from electra_tf import training
 from electra_tf.training import lost_worker
@@ -30,7 +30,8 @@ STEPS = 40
 TINY = {"model_hparam_overrides": {"hidden_size": 64, "num_hidden_layers": 2},
         "embedding_size": 64, "max_seq_length": 32, "train_batch_size": 8,
         "num_train_steps": STEPS, "iterations_per_loop": 1, "save_checkpoints_steps": 5,
-        "num_warmup_steps": 1, "seed": 3}
+        "num_warmup_steps": 1, "seed": 3,
+        "vocab_size": pretrain_data.vocab_size(GOLDEN / "vocab.txt")}  # the vocab_file fixture's
 # TensorFlow's own heartbeat timeout is 10 s: a loss noticed after more than 12 s shows that
 # the flag reached the coordination service (the heartbeats come every LOST_SECS / 2).
 LOST_SECS = 30

@@ -19,7 +19,7 @@ from electra_tf.reading.model_source import finetuning_config, pretraining_confi
 REPO = pathlib.Path(__file__).resolve().parents[1]
 ENV = {**os.environ, "TF_CPP_MIN_LOG_LEVEL": "3", "CUDA_VISIBLE_DEVICES": "-1",
        "TF_USE_LEGACY_KERAS": "1"}
-VOCAB_SIZE = 3000  # the first lines of the reference vocabulary: not the default 30522
+VOCAB_SIZE = 1000  # the first lines of the vocab_file fixture's 1016: not the default 30522
 SHAPE = {"vocab_size": VOCAB_SIZE, "embedding_size": 16,
          "model_hparam_overrides": {"hidden_size": 32, "num_hidden_layers": 3}}
 TRAINING = {"max_seq_length": 32, "train_batch_size": 8, "eval_batch_size": 8,
@@ -78,7 +78,8 @@ def test_pretraining_writes_hparams_and_vocab(pretrained):
   assert config.vocab_size == VOCAB_SIZE and config.embedding_size == 16
   with pytest.raises(ValueError) as e:
     pretraining_config("tiny", str(pretrained), {"vocab_size": 30522})
-  assert str(e.value) == f"hparams.json in {home} says vocab_size 3000 but --hparams gives 30522"
+  assert str(e.value) == (f"hparams.json in {home} says vocab_size {VOCAB_SIZE} but --hparams "
+                          "gives 30522")
 
 
 def test_finetuning_takes_the_shape_from_the_model_dir(pretrained):
@@ -132,7 +133,7 @@ def test_convert_takes_the_shape_from_the_model_dir_quietly(pretrained):
               '--hparams={"vocab_size": 30522}')
   assert proc.returncode == 1 and proc.stdout == ""
   assert proc.stderr.strip() == (f"convert: error: hparams.json in {home} says vocab_size "
-                                 "3000 but --hparams gives 30522")
+                                 f"{VOCAB_SIZE} but --hparams gives 30522")
 
 
 def test_undescribed_checkpoint_with_wrong_shape_fails_on_one_line(pretrained, tmp_path):

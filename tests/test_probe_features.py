@@ -3,6 +3,7 @@ closed-form ridge against a direct least-squares solve, the penalty chosen on tr
 a planted word read off a random encoder's features (and not off shuffled labels), any
 fine-tuning task's rows, weights really loaded, and the command on a planted task."""
 
+import json
 import os
 import subprocess
 import sys
@@ -11,6 +12,7 @@ import numpy as np
 import pytest
 import tensorflow as tf
 from helpers import probe_data, user_data
+from helpers.paths import GOLDEN
 
 from electra_tf.config import PretrainingConfig, get_bert_config
 from electra_tf.finetuning import registry
@@ -127,10 +129,12 @@ def test_any_sentence_task_fine_tuning_reads(tmp_path, data_dir, tokenizer):
 
 
 def test_loaded_weights_are_the_checkpoints_and_their_features_differ_from_random(
-    reference_dir, tmp_path, planted_root, tokenizer):
+    reference_dir, tmp_path, planted_root):
+  tokenizer = registry.make_tokenizer(str(reference_dir / "vocab.txt"))  # the lane's vocabulary
   rows = probe.task_rows("planted", str(planted_root), tokenizer, 32, train_rows=20)
-  official = PretrainingConfig("probe", "", vocab_size=30522,
-                               model_hparam_overrides={"num_hidden_layers": 2})
+  # the checkpoint's own shape (electra_small_2l/hparams.json: vocab_size, layers, sizes)
+  hparams = json.loads((reference_dir / "electra_small_2l" / "hparams.json").read_text())
+  official = PretrainingConfig("probe", "", **hparams)
   encoder = probe.random_encoder(get_bert_config(official), official.embedding_size, seed=1)
   random_features = probe.PooledFeatures(encoder)(rows.train)["mean"]
   path = str(reference_dir / "electra_small_2l")
@@ -151,21 +155,44 @@ def test_loaded_weights_are_the_checkpoints_and_their_features_differ_from_rando
     np.testing.assert_array_equal(a.numpy(), b.numpy())
 
 
+def _blind_copy(folder, dst):
+  """``folder``'s checkpoint and hparams with zero word embeddings: features that see no word."""
+  dst.mkdir()
+  (dst / "hparams.json").write_text((folder / "hparams.json").read_text())
+  reader = tf.train.load_checkpoint(str(folder / "model.ckpt"))
+  with tf.Graph().as_default():
+    variables = {}
+    for name in reader.get_variable_to_shape_map():
+      value = reader.get_tensor(name)
+      if name == "electra/embeddings/word_embeddings":
+        value = np.zeros_like(value)
+      variables[name] = tf.compat.v1.Variable(value, name=name.replace("/", "_"))
+    saver = tf.compat.v1.train.Saver(variables, save_relative_paths=True)
+    with tf.compat.v1.Session() as sess:
+      sess.run(tf.compat.v1.global_variables_initializer())
+      saver.save(sess, str(dst / "model.ckpt"), write_meta_graph=False)
+  return dst
+
+
 @pytest.mark.slow
 def test_cli_reads_the_planted_word_off_random_init_and_loads_the_checkpoint(
-    tmp_path, reference_dir, planted_root):
-  task = planted_root / "finetuning_data" / "planted"
+    tmp_path, reference_dir, data_dir):
+  # four words and the planted one: a mean over fewer pieces, for the goldens' 32-wide encoder
+  task = probe_data.write_planted_task(tmp_path / "planted", data_dir, length=4)
+  blind = _blind_copy(reference_dir / "electra_small_2l", tmp_path / "blind")
+  # the goldens' small vocabulary cuts a planted word into up to 7 pieces: room for 6 words
+  max_seq_length = 48 if reference_dir == GOLDEN else 16
   env = dict(os.environ, PYTHONPATH=str(REPO_ROOT), TF_USE_LEGACY_KERAS="1")
   out = subprocess.run(
       [sys.executable, str(REPO_ROOT / "tools" / "probe_features.py"),
-       f"--model_dirs={reference_dir / 'electra_small_2l'}",
+       f"--model_dirs={blind}",
        f"--vocab_file={reference_dir / 'vocab.txt'}", f"--train_tsv={task / 'train.csv'}",
-       f"--dev_tsv={task / 'dev.csv'}", "--max_seq_length=16", "--bag_of_words"],
+       f"--dev_tsv={task / 'dev.csv'}", f"--max_seq_length={max_seq_length}", "--bag_of_words"],
       capture_output=True, text=True, env=env, timeout=300, check=True).stdout
   lines = out.strip().splitlines()
   assert lines[0].startswith("probe: 150 train / 60 dev rows, 3 classes")
   assert lines[1].startswith("bag-of-words: ") and float(lines[1].split()[-1]) > 0.95
-  sources = ["random", str(reference_dir / "electra_small_2l")]
+  sources = ["random", str(blind)]
   scores = {}
   for line, source in zip(lines[2:], sources, strict=True):
     assert line.startswith(f"{source}: ")
@@ -175,7 +202,8 @@ def test_cli_reads_the_planted_word_off_random_init_and_loads_the_checkpoint(
                                             for layer in ("emb", "layer0", "layer1"))
   assert scores["random"]["emb_mean"] > 0.95 and scores["random"]["layer1_mean"] > 0.95
   assert scores["random"]["emb_cls"] < 0.5  # one vector for every sentence: chance
-  assert scores["random"] != scores[sources[1]]
+  # the checkpoint is loaded: with its word embeddings zeroed, no feature sees the word
+  assert max(scores[str(blind)].values()) < 0.6, scores[str(blind)]
 
 
 def test_rows_of_a_user_task_csv_and_a_glue_tsv(tmp_path):

@@ -14,6 +14,7 @@ import numpy as np
 import pytest
 import tensorflow as tf
 from helpers import pretrain_data, probe_data, procs
+from helpers.paths import GOLDEN
 
 from electra_tf import learning_curves, training
 from electra_tf.config import PretrainingConfig
@@ -24,7 +25,10 @@ from electra_tf.probing import probe
 REPO = pathlib.Path(__file__).resolve().parents[1]
 ENV = {**os.environ, "TF_CPP_MIN_LOG_LEVEL": "3", "CUDA_VISIBLE_DEVICES": "-1",
        "TF_USE_LEGACY_KERAS": "1"}
+# the data's vocabulary: the vocab_file fixture's (tests/golden/vocab.txt)
+VOCAB_SIZE = len((GOLDEN / "vocab.txt").read_text(encoding="utf-8").splitlines())
 SMALL = {"model_hparam_overrides": {"hidden_size": 32, "num_hidden_layers": 2},
+         "vocab_size": VOCAB_SIZE,
          "embedding_size": 16, "max_seq_length": 32, "train_batch_size": 8,
          "num_train_steps": 6, "iterations_per_loop": 1, "save_checkpoints_steps": 2,
          "num_warmup_steps": 1, "seed": 3}

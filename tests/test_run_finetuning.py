@@ -1,4 +1,4 @@
-"""run_finetuning.py end to end on a few real rows in the official layout (tmp_path):
+"""run_finetuning.py end to end on a few rows in the official layout (tmp_path):
 train a few steps, evaluate, write results / weights / test outputs; bad input errors."""
 
 import json
@@ -37,7 +37,7 @@ def _sentences(path, n):
 
 @pytest.fixture(scope="module")
 def data_root(data_dir, tmp_path_factory):
-  """<root>/finetuning_data/{rte,sts,squad,chunk}: real rows copied from shared/data.
+  """<root>/finetuning_data/{rte,sts,squad,chunk}: rows copied from tests/data (make_task_files.py).
 
   Test files start at row 100 so the GLUE ``index`` column differs from the row position.
   CoNLL-2000 has no dev split: dev.txt is the first sentences of test.txt.
@@ -69,18 +69,25 @@ def _config(root, vocab_file, **hparams):
   return FinetuningConfig("m", str(root), **{**TINY, "vocab_file": vocab_file, **hparams})
 
 
+def _checkpoint_shape(reference_dir):
+  """The lane's electra_small_2l shape (its hparams.json; a small model's embedding 128 where
+  it names none); its vocabulary is the lane's vocab.txt."""
+  lane = json.loads((reference_dir / "electra_small_2l" / "hparams.json").read_text())
+  return {"model_size": lane["model_size"], "vocab_size": lane["vocab_size"],
+          "model_hparam_overrides": lane["model_hparam_overrides"],
+          "embedding_size": lane.get("embedding_size", 128)}
+
+
 def _read(path):
   with open(path) as f:
     return f.read()
 
 
 @pytest.mark.slow
-def test_all_task_families_multitask_from_official_checkpoint(data_root, vocab_file,
-                                                              reference_dir):
+def test_all_task_families_multitask_from_official_checkpoint(data_root, reference_dir):
   """rte + sts + squad + chunk in one multi-task run initialised from electra_small_2l."""
   ckpt = str(reference_dir / "electra_small_2l" / "model.ckpt")
-  config = _config(data_root, vocab_file, model_size="small",
-                   model_hparam_overrides={"num_hidden_layers": 2}, embedding_size=128,
+  config = _config(data_root, str(reference_dir / "vocab.txt"), **_checkpoint_shape(reference_dir),
                    task_names=["rte", "sts", "squad", "chunk"], init_checkpoint=ckpt,
                    num_train_epochs=0.25, max_query_length=24, doc_stride=32,
                    write_test_outputs=True)

@@ -1,4 +1,4 @@
-"""run_pretraining.py on real text (TFRecords built in tmp_path from ../shared/data): every
+"""run_pretraining.py on real text (TFRecords built in tmp_path from tests/data): every
 objective trains and logs every TensorBoard tag, eval writes the official metrics, SIGKILL +
 rerun resumes, MirroredStrategy matches one device, init_checkpoint loads an official model.
 """
@@ -14,6 +14,7 @@ import numpy as np
 import pytest
 import tensorflow as tf
 from helpers import pretrain_data, procs
+from helpers.paths import GOLDEN
 
 import run_pretraining as rp
 from electra_tf import training
@@ -29,7 +30,8 @@ ENV = {**os.environ, "TF_CPP_MIN_LOG_LEVEL": "3", "CUDA_VISIBLE_DEVICES": "-1",
 TINY = {"model_hparam_overrides": {"hidden_size": 32, "num_hidden_layers": 2},
         "embedding_size": 16, "max_seq_length": 32, "train_batch_size": 8, "eval_batch_size": 8,
         "num_train_steps": 2, "iterations_per_loop": 1, "save_checkpoints_steps": 1,
-        "num_warmup_steps": 1, "seed": 3}
+        "num_warmup_steps": 1, "seed": 3,
+        "vocab_size": pretrain_data.vocab_size(GOLDEN / "vocab.txt")}  # the vocab_file fixture's
 VARIANTS = {
     "electra": {},
     "electric": {"electra_objective": False, "electric_objective": True},
@@ -51,6 +53,15 @@ REPLICA_ATOL = 1e-6
 def pretrain_dir(tmp_path_factory, data_dir, vocab_file) -> pathlib.Path:
   """data_dir in the official layout: vocab.txt + pretrain_tfrecords/ from real text."""
   return pretrain_data.build_data_dir(tmp_path_factory.mktemp("pretrain"), vocab_file,
+                                      pretrain_data.emma_and_wiki(data_dir), num_out_files=2)
+
+
+@pytest.fixture(scope="module")
+def lane_pretrain_dir(tmp_path_factory, data_dir, reference_dir) -> pathlib.Path:
+  """pretrain_dir's layout with the lane's vocabulary (reference_dir / "vocab.txt"): for
+  models of the lane's official checkpoints."""
+  return pretrain_data.build_data_dir(tmp_path_factory.mktemp("pretrain_lane"),
+                                      str(reference_dir / "vocab.txt"),
                                       pretrain_data.emma_and_wiki(data_dir), num_out_files=2)
 
 
@@ -156,12 +167,12 @@ def test_streaming_metric_equals_metric_fn_on_all_batches():
   assert all(float(m.result()) == 0 for m in streamed if m.name != "disc_auc")
 
 
-def test_init_checkpoint_loads_official_tf1_weights_at_step_0(pretrain_dir, reference_dir):
+def test_init_checkpoint_loads_official_tf1_weights_at_step_0(lane_pretrain_dir, reference_dir):
   folder = reference_dir / "electra_small_2l"
   hparams = json.loads((folder / "hparams.json").read_text())
   ckpt = str(folder / "model.ckpt")
-  config = PretrainingConfig("from_official", str(pretrain_dir), **hparams, init_checkpoint=ckpt,
-                             seed=1, train_batch_size=8)
+  config = PretrainingConfig("from_official", str(lane_pretrain_dir), **hparams,
+                             init_checkpoint=ckpt, seed=1, train_batch_size=8)
   lines = []
   run = task.build_run(config, log_fn=lines.append)
   assert run.trainer.restore_or_initialize() == 0
@@ -176,16 +187,19 @@ def test_init_checkpoint_loads_official_tf1_weights_at_step_0(pretrain_dir, refe
 
 
 def test_bad_setup_is_a_one_line_error(pretrain_dir, tmp_path):
-  with pytest.raises(ValueError, match=r"has 30522 tokens but the vocab_size hparam is 1000; "
-                                       r"set \"vocab_size\": 30522"):
+  n = pretrain_data.vocab_size(pretrain_dir / "vocab.txt")
+  assert n != 1000
+  with pytest.raises(ValueError, match=rf"has {n} tokens but the vocab_size hparam is 1000; "
+                                       rf"set \"vocab_size\": {n}"):
     task.check_inputs(PretrainingConfig("x", str(pretrain_dir), vocab_size=1000))
   with pytest.raises(ValueError, match="nothing to do"):
-    task.check_inputs(PretrainingConfig("x", str(pretrain_dir), do_train=False))
+    task.check_inputs(PretrainingConfig("x", str(pretrain_dir), vocab_size=n, do_train=False))
   shutil.copy(pretrain_dir / "vocab.txt", tmp_path / "vocab.txt")
   with pytest.raises(ValueError, match="no files match .*pretrain_data.tfrecord"):
-    task.check_inputs(PretrainingConfig("x", str(tmp_path)))
+    task.check_inputs(PretrainingConfig("x", str(tmp_path), vocab_size=n))
   with pytest.raises(ValueError, match="nothing to evaluate: no checkpoint"):
-    rp.train_or_eval(PretrainingConfig("x", str(pretrain_dir), do_train=False, do_eval=True))
+    rp.train_or_eval(PretrainingConfig("x", str(pretrain_dir), vocab_size=n, do_train=False,
+                                       do_eval=True))
 
   script = str(REPO / "run_pretraining.py")
   for args, message in (
@@ -289,12 +303,13 @@ def test_low_precision_note_names_the_missing_cpu_units(monkeypatch, flags, prec
     assert expected in note and "\n" not in note
 
 
-def test_build_run_logs_the_emulated_precision_note(pretrain_dir, reference_dir, monkeypatch):
+def test_build_run_logs_the_emulated_precision_note(lane_pretrain_dir, reference_dir,
+                                                   monkeypatch):
   from electra_tf.training import hardware
 
   monkeypatch.setattr(hardware, "_cpu_info", lambda: ("GenuineIntel", {"avx512f"}, 6))
   hparams = json.loads((reference_dir / "electra_small_2l" / "hparams.json").read_text())
-  config = PretrainingConfig("bf16_note", str(pretrain_dir), **hparams, seed=1,
+  config = PretrainingConfig("bf16_note", str(lane_pretrain_dir), **hparams, seed=1,
                              train_batch_size=8)
   lines = []
   try:

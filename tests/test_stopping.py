@@ -1,6 +1,6 @@
 """Stopping safely: SIGINT / SIGTERM save the step in progress and say how to resume, a second
 signal exits at once, no checkpoint holds NaN or Inf, a resume never starts over older
-checkpoints. Real subprocesses, real signals, real TFRecords from ../shared/data.
+checkpoints. Real subprocesses, real signals, real TFRecords from tests/data.
 """
 
 from __future__ import annotations
@@ -20,7 +20,7 @@ import numpy as np
 import pytest
 import tensorflow as tf
 from helpers import pretrain_data, procs, toy_train
-from helpers.paths import REPO_ROOT
+from helpers.paths import GOLDEN, REPO_ROOT
 
 from electra_tf import training
 from electra_tf.training import checkpoint_files, checkpointing
@@ -30,7 +30,8 @@ ENV = {**os.environ, "TF_CPP_MIN_LOG_LEVEL": "3", "CUDA_VISIBLE_DEVICES": "-1",
 TINY = {"model_hparam_overrides": {"hidden_size": 64, "num_hidden_layers": 2},
         "embedding_size": 64, "max_seq_length": 32, "train_batch_size": 8,
         "num_train_steps": 10**6, "iterations_per_loop": 2, "save_checkpoints_steps": 10**5,
-        "num_warmup_steps": 1, "seed": 3}
+        "num_warmup_steps": 1, "seed": 3,
+        "vocab_size": pretrain_data.vocab_size(GOLDEN / "vocab.txt")}  # the vocab_file fixture's
 STEP_LINE = r"^(\d+)/\d+ = "
 STOP_LINE = r"interrupted at step (\d+): saved (\S+); rerun to resume"
 
@@ -370,8 +371,9 @@ def test_finetuning_sigint_saves_and_the_same_command_resumes_the_trial(data_dir
   hparams = {"model_hparam_overrides": {"hidden_size": 64, "num_hidden_layers": 2},
              "embedding_size": 64, "max_seq_length": 32, "train_batch_size": 8,
              "eval_batch_size": 8, "init_checkpoint": None, "seed": 3, "vocab_file": vocab_file,
-             "task_names": ["rte"], "iterations_per_loop": 2, "num_train_epochs": 1.0,
-             "do_eval": False}  # 2,490 rows: 312 steps, stopped after the first 2
+             "vocab_size": pretrain_data.vocab_size(vocab_file), "task_names": ["rte"],
+             "iterations_per_loop": 2, "num_train_epochs": 1.0,
+             "do_eval": False}  # tests/data's 120 rows: 15 steps, stopped after the first 2
 
   def finetune():
     return subprocess.Popen(

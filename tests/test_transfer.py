@@ -1,6 +1,7 @@
-"""benchmarks/transfer.py: the SST-2 splits it fine-tunes and scores on (real SST-2 rows), and the
-whole experiment at a tiny size as a real subprocess (corpus -> vocab -> TFRecords -> ELECTRA
-and masked-LM pre-training -> fine-tuning from both and from random init -> table, PNG, JSON)."""
+"""benchmarks/transfer.py: the SST-2 splits it fine-tunes and scores on (SST-2-format rows of
+tests/data; the real SST-2 rows in the extended lane), and the whole experiment at a tiny size as
+a real subprocess (corpus -> vocab -> TFRecords -> ELECTRA and masked-LM pre-training ->
+fine-tuning from both and from random init -> table, PNG, JSON)."""
 
 import json
 import pathlib
@@ -10,12 +11,10 @@ import sys
 
 import pytest
 import tensorflow as tf
-from helpers.paths import DATA, REPO_ROOT
+from helpers.paths import REPO_ROOT
 
 sys.path.insert(0, str(REPO_ROOT / "benchmarks"))
 import transfer  # noqa: E402
-
-SST = DATA / "glue" / "SST-2"
 
 
 def test_sentences_of_keeps_phrases_no_longer_phrase_contains():
@@ -26,17 +25,27 @@ def test_sentences_of_keeps_phrases_no_longer_phrase_contains():
       "a good film", "a good film", "a good film", "a bad one", "a bad one", "film good"]
 
 
-def test_sst_budgets_are_nested_and_share_no_sentence_with_the_heldout_rows():
-  train = transfer.read_sst(str(SST / "train.tsv"))
-  budgets, heldout = transfer.split_sst(train, [2000, 500], heldout_sentences=300)
-  assert len(budgets[2000]) == 2000 and budgets[500] == budgets[2000][:500]
-  assert len(heldout) == 300 and {y for _, y in heldout} == {"0", "1"}
+def _check_sst_budgets(sst_dir: pathlib.Path, big: int, small: int, held: int) -> None:
+  train = transfer.read_sst(str(sst_dir / "train.tsv"))
+  budgets, heldout = transfer.split_sst(train, [big, small], heldout_sentences=held)
+  assert len(budgets[big]) == big and budgets[small] == budgets[big][:small]
+  assert len(heldout) == held and {y for _, y in heldout} == {"0", "1"}
   held_text = [" ".join(t.split()) for t, _ in heldout]
-  for text, _ in budgets[2000]:
+  for text, _ in budgets[big]:
     words = " " + " ".join(text.split()) + " "
     assert not any(words in f" {h} " for h in held_text), text
-  again = transfer.split_sst(train, [2000, 500], heldout_sentences=300)
+  again = transfer.split_sst(train, [big, small], heldout_sentences=held)
   assert again == (budgets, heldout)  # fixed seed: every run fine-tunes on the same rows
+
+
+def test_sst_budgets_are_nested_and_share_no_sentence_with_the_heldout_rows(data_dir):
+  # tests/data's SST-2 train.tsv: 320 rows (318 sentences), so budgets of 160 and 40 rows
+  _check_sst_budgets(data_dir / "glue" / "SST-2", 160, 40, held=40)
+
+
+@pytest.mark.extended
+def test_sst_budgets_of_the_full_sst2_train_split(shared_data_dir):
+  _check_sst_budgets(shared_data_dir / "glue" / "SST-2", 2000, 500, held=300)
 
 
 def test_sizing_flags_reach_only_the_run_they_name():
@@ -68,16 +77,19 @@ def test_bad_sst_row_names_file_and_row(tmp_path):
     transfer.read_sst(str(bad))
 
 
+# --heldout_sentences 40: tests/data's SST-2 train split has 318 sentences (the default 500
+# would hold out all of them and leave no rows for the budgets)
 TINY = ["--max_sentences", "300", "--no_wikitext", "--vocab_size", "400", "--layers", "1",
         "--hidden", "32", "--heads", "2", "--embedding_size", "16", "--seq_len", "32",
         "--batch", "8", "--electra_steps", "4", "--log_every", "2", "--eval_batches", "1",
         "--budgets", "16,32", "--seeds", "2", "--dev_rows", "24", "--ft_seq_len", "32",
-        "--ft_batch", "8", "--ft_epochs", "1", "--ft_min_steps", "0", "--ft_lrs", "3e-4"]
+        "--ft_batch", "8", "--ft_epochs", "1", "--ft_min_steps", "0", "--ft_lrs", "3e-4",
+        "--heldout_sentences", "40"]
 
 
-def _transfer(out, *flags):
+def _transfer(out, data_dir, *flags):
   return subprocess.run([sys.executable, str(REPO_ROOT / "benchmarks" / "transfer.py"),
-                         "--out_dir", str(out), "--data_dir", str(DATA), *TINY, *flags],
+                         "--out_dir", str(out), "--data_dir", str(data_dir), *TINY, *flags],
                         text=True, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, timeout=1800)
 
 
@@ -88,9 +100,9 @@ def _trained_step(model_dir):
 
 
 @pytest.mark.slow
-def test_tiny_transfer_experiment_end_to_end(tmp_path):
+def test_tiny_transfer_experiment_end_to_end(tmp_path, data_dir):
   out = tmp_path / "transfer"
-  proc = _transfer(out)
+  proc = _transfer(out, data_dir)
   assert proc.returncode == 0, proc.stdout[-4000:]
   lines = proc.stdout.strip().splitlines()
   assert re.fullmatch(r"transfer: labels 32: random \d+\.\d  mlm \d+\.\d  electra \d+\.\d  "
@@ -120,7 +132,7 @@ def test_tiny_transfer_experiment_end_to_end(tmp_path):
 
   # a rerun of the same command reuses every model and fine-tuning run
   logs = {p.name: p.stat().st_mtime_ns for p in (out / "logs").iterdir()}
-  again = _transfer(out)
+  again = _transfer(out, data_dir)
   assert again.returncode == 0, again.stdout[-4000:]
   assert again.stdout.strip().splitlines()[-2:] == lines[-2:]
   assert {p.name: p.stat().st_mtime_ns for p in (out / "logs").iterdir()
@@ -129,7 +141,7 @@ def test_tiny_transfer_experiment_end_to_end(tmp_path):
   # another pre-training flag: refused in one line, the models left as they are
   checkpoint = out / "models" / "electra" / "ckpt-4.index"
   mtime = checkpoint.stat().st_mtime_ns
-  other = _transfer(out, "--lr", "2e-4")
+  other = _transfer(out, data_dir, "--lr", "2e-4")
   assert other.returncode == 1 and "Traceback" not in other.stdout, other.stdout[-4000:]
   assert other.stdout.strip().splitlines()[-1] == (
       f"transfer: {out / 'models' / 'electra'} was pre-trained with other settings "

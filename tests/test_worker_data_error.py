@@ -17,7 +17,7 @@ import numpy as np
 import pytest
 import tensorflow as tf
 from helpers import pretrain_data
-from helpers.paths import REPO_ROOT
+from helpers.paths import GOLDEN, REPO_ROOT
 
 from electra_tf import training
 
@@ -26,7 +26,8 @@ ENV = {**os.environ, "TF_CPP_MIN_LOG_LEVEL": "3", "CUDA_VISIBLE_DEVICES": "-1",
 TINY = {"model_hparam_overrides": {"hidden_size": 64, "num_hidden_layers": 2},
         "embedding_size": 64, "max_seq_length": 32, "train_batch_size": 8,
         "num_train_steps": 10**6, "iterations_per_loop": 2, "save_checkpoints_steps": 10**5,
-        "num_warmup_steps": 1, "seed": 3}
+        "num_warmup_steps": 1, "seed": 3,
+        "vocab_size": pretrain_data.vocab_size(GOLDEN / "vocab.txt")}  # the vocab_file fixture's
 START_SECONDS = 900  # start-up, tracing and ~20 steps of two workers on 2 busy cores
 EXIT_SECONDS = 60  # from a worker's last line to its exit (measured: under 2 s; was minutes)
 

@@ -28,6 +28,12 @@ def build_data_dir(root: pathlib.Path, vocab_file: str,
   return root
 
 
+def vocab_size(vocab_file: str | pathlib.Path) -> int:
+  """WordPieces (lines) of a vocab.txt: the vocab_size hparam a model of that vocabulary needs."""
+  with open(vocab_file, encoding="utf-8") as f:
+    return sum(1 for _ in f)
+
+
 def free_port() -> int:
   """A TCP port on 127.0.0.1 that nothing listens on now."""
   with socket.socket() as s:

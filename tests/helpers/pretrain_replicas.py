@@ -77,9 +77,11 @@ def main() -> None:
   cpu = tf.config.list_physical_devices("CPU")[0]
   tf.config.set_logical_device_configuration(cpu, [tf.config.LogicalDeviceConfiguration()] * 2)
 
+  with open(os.path.join(args.data_dir, "vocab.txt"), encoding="utf-8") as f:
+    vocab_size = sum(1 for _ in f)  # the data_dir's vocabulary, not the default 30522
   results = {}
   for name in ("one_device", "mirrored"):
-    config = PretrainingConfig(name, args.data_dir, **HPARAMS)
+    config = PretrainingConfig(name, args.data_dir, **HPARAMS, vocab_size=vocab_size)
     if name == "one_device":
       rows = injected_rows(config, config.num_train_steps)
       strategy = training.get_strategy("one_device", num_gpus=0)

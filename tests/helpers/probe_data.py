@@ -1,6 +1,6 @@
-"""A labelled task whose label is a planted word: real SST-2 sentences, each with one of a few
-words inserted at a random place, written as a ``task.json`` user task. A probe that reads an
-encoder's features must find the word; one that reads nothing scores at chance."""
+"""A labelled task whose label is a planted word: SST-2-layout sentences (tests/data), each with
+one of a few words inserted at a random place, written as a ``task.json`` user task. A probe
+that reads an encoder's features must find the word; one that reads nothing scores at chance."""
 
 from __future__ import annotations
 

@@ -1,5 +1,5 @@
-"""A tiny fine-tuned model of three user tasks (classification, regression, tagging) on real
-GLUE / CoNLL-2000 rows (``user_data``), trained from random initialisation by
+"""A tiny fine-tuned model of three user tasks (classification, regression, tagging) on the
+GLUE / CoNLL-2000-layout rows of tests/data (``user_data``), trained from random initialisation by
 ``run_finetuning``, for the tests of the model directory's ``tasks.json``, convert, the LiteRT
 exports and predict."""
 
@@ -16,7 +16,7 @@ TINY = {"model_hparam_overrides": {"hidden_size": 32, "num_hidden_layers": 1,
 
 
 def train(root, data_dir, vocab_file, task_names=TASKS):
-  """``<root>/finetuning_data`` (real rows) and ``<root>/models/tiny``, trained; returns
+  """``<root>/finetuning_data`` (tests/data rows) and ``<root>/models/tiny``, trained; returns
   (the trial's model directory, its dev results {task: {metric: value}})."""
   import run_finetuning as rf
   from electra_tf.config import FinetuningConfig

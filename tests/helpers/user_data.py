@@ -1,6 +1,6 @@
-"""Real GLUE / CoNLL-2000 rows from shared/data written twice: in the built-in layout
-(``sst``, ``mrpc``, ``sts``, ``chunk``) and as user tasks with a ``task.json`` (CSV, JSONL,
-CoNLL with other column names), for tests that compare the two."""
+"""GLUE / CoNLL-2000-layout rows of tests/data (make_task_files.py) written twice: in the
+built-in layout (``sst``, ``mrpc``, ``sts``, ``chunk``) and as user tasks with a ``task.json``
+(CSV, JSONL, CoNLL with other column names), for tests that compare the two."""
 
 import csv
 import json

@@ -6,7 +6,8 @@ Which official code made which file (``build_pretraining_dataset.py``, ``util/ut
 - ``pretrain_data/tfrecords/pretrain_data.tfrecord-0-of-1``: ``utils.rmkdir(output_dir)``,
   ``random.seed(12345)``, ``write_examples(0, args)``. Its ``ExampleWriter`` is wrapped so that
   it is built with ``num_out_files=1`` (official default 1000); the module's ``random`` is
-  replaced by a proxy that logs each call and forwards it to Python's ``random`` module.
+  replaced by a proxy that logs each call and forwards it to Python's ``random`` module. The
+  records are then written again with a sorted feature map (same parsed values, stable bytes).
 - ``pretrain_data/examples.json``: the same records parsed back (``tf.train.Example``).
 - ``pretrain_data/random_calls.json``: the proxy's log, in call order.
 - ``pretrain_data/corpus/`` and ``build_args.json``: inputs (the first lines of
@@ -107,11 +108,17 @@ def write(official_dir: str, golden_dir: pathlib.Path) -> None:
 
   shards = sorted(p.name for p in output_dir.iterdir())
   assert shards == ["pretrain_data.tfrecord-0-of-1"], shards
-  examples = []
+  examples, records = [], []
   for record in tf1.io.tf_record_iterator(str(output_dir / shards[0])):
     ex = tf1.train.Example.FromString(record)
+    records.append(ex.SerializeToString(deterministic=True))
     examples.append({k: [int(x) for x in ex.features.feature[k].int64_list.value]
                      for k in ("input_ids", "input_mask", "segment_ids")})
+  # The official bytes order the feature map differently in each process; the same records,
+  # serialized with a sorted map, make a rerun byte-identical (parsed values unchanged).
+  with tf1.io.TFRecordWriter(str(output_dir / shards[0])) as writer:
+    for record in records:
+      writer.write(record)
   # One example per line keeps the file readable and small.
   files.save_text(out / "examples.json",
                   "[\n" + ",\n".join(json.dumps(e, sort_keys=True) for e in examples) + "\n]\n")

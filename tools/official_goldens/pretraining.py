@@ -4,9 +4,10 @@ Which official functions made which file (everything runs the unedited checkout)
 
 - ``model.ckpt.*``, ``checkpoint``, ``variables.tsv``: the variables created by
   ``run_pretraining.PretrainingModel(config, features, is_training=False)`` (official
-  initializers under ``tf.set_random_seed(20200323)``), then biases / betas / output biases
-  overwritten with N(0, 0.05^2) and gammas with 1 + N(0, 0.1^2) (``RandomState(7)``, sorted
-  names), saved by ``tf.compat.v1.train.Saver(save_relative_paths=True)``.
+  initializers under ``tf.set_random_seed(20200323)``), then biases / betas overwritten with
+  N(0, 0.05^2), output biases with N(0, 2^2) and gammas with 1 + N(0, 0.1^2)
+  (``RandomState(7)``, sorted names), saved by
+  ``tf.compat.v1.train.Saver(save_relative_paths=True)``.
 - ``variables_train_graph.tsv``: ``PretrainingModel(..., is_training=True)`` followed by
   ``optimization.create_optimizer`` with the config's settings (as ``model_fn_builder`` does).
 - ``bert_config.json``: ``training_utils.get_bert_config(config).to_dict()``;
@@ -234,13 +235,18 @@ def _build_clean(config, model, rec: dict) -> None:
   assert len(tf1.global_variables()) == n_vars, "clean sub-graph created variables"
 
 
+OUTPUT_BIAS_STD = 2.0
+
+
 def _overwrite(sess, variables, rs: np.random.RandomState) -> list[str]:
   """Constant-initialised variables get random values (sorted names): see module docstring."""
   done = []
   for var in sorted(variables, key=lambda v: v.op.name):
     name = var.op.name
     shape = var.shape.as_list()
-    if name.endswith(("/bias", "/beta", "/output_bias")):
+    if name.endswith("/output_bias"):  # wide enough that the logits, not the noise, pick samples
+      value = rs.normal(0.0, OUTPUT_BIAS_STD, shape)
+    elif name.endswith(("/bias", "/beta")):
       value = rs.normal(0.0, 0.05, shape)
     elif name.endswith("/gamma"):
       value = 1.0 + rs.normal(0.0, 0.1, shape)
