@@ -113,9 +113,8 @@ def write(official_dir: str, golden_dir: pathlib.Path) -> None:
   for name, model in (("discriminator", disc), ("generator", gen)):
     model.save_pretrained(str(out / name), safe_serialization=True)
     tokenizer.save_pretrained(str(out / name))
-    # tests/golden/vocab.txt lists "##s" twice (lines 199 and 207; the later id wins, in
-    # transformers as in the official FullTokenizer), so save_pretrained drops line 199 and
-    # writes 1015 lines; ship the vocabulary file itself, as a hub upload would.
+    # save_pretrained rewrites vocab.txt from its vocab map (it would drop a duplicated line);
+    # ship the vocabulary file itself, as a hub upload would (same bytes for tests/golden/vocab.txt).
     (out / name / "vocab.txt").write_bytes(vocab_file.read_bytes())
 
   arrays = _inputs(tokenizer)
