@@ -54,6 +54,9 @@ def main(argv: list[str] | None = None) -> int:
   parser.add_argument("--hf_python", default=sys.executable,
                       help="interpreter with torch + transformers for hf_pair (default: this "
                       "one); they are not project dependencies, so use a separate venv")
+  parser.add_argument("--verbose", action="store_true",
+                      help="show what the official code and TensorFlow print (hidden unless a "
+                      "family fails)")
   parser.add_argument("--_family", default="", help=argparse.SUPPRESS)
   args = parser.parse_args(argv)
   if args._family:
@@ -72,11 +75,15 @@ def main(argv: list[str] | None = None) -> int:
       print(f"official goldens: {name}: no interpreter at {python} (--hf_python)",
             file=sys.stderr)
       return 2
-    rc = subprocess.run([python, "-m", "tools.official_goldens", "--official_dir",
-                         args.official_dir, "--_family", name], cwd=ROOT, env=env).returncode
-    if rc:  # the family printed why (hf_pair: one line naming the missing package)
-      print(f"official goldens: {name} failed (exit {rc})", file=sys.stderr)
-      return rc
+    out = None if args.verbose else subprocess.PIPE
+    proc = subprocess.run([python, "-m", "tools.official_goldens", "--official_dir",
+                           args.official_dir, "--_family", name], cwd=ROOT, env=env,
+                          stdout=out, stderr=subprocess.STDOUT if out else None, text=True)
+    if proc.returncode:  # the family's own output says why (its last lines)
+      if proc.stdout:
+        sys.stderr.write("".join(proc.stdout.splitlines(keepends=True)[-20:]))
+      print(f"official goldens: {name} failed (exit {proc.returncode})", file=sys.stderr)
+      return proc.returncode
   print(f"official goldens: wrote {', '.join(names)} under {GOLDEN.relative_to(ROOT)}")
   return 0
 

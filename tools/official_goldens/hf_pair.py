@@ -31,8 +31,8 @@ FOLDER = "hf_electra_2l"
 SEQ_LEN = 16
 SEED = 0
 NOISE = 0.2  # well above the 0.02 init: attention far from uniform, so every tensor counts
-PIP = ("python3 -m venv /work/hfvenv && /work/hfvenv/bin/pip install torch==2.13.0 "
-       "transformers==4.57.6 numpy, then pass --hf_python /work/hfvenv/bin/python")
+PIP = ("python3 -m venv /tmp/hfvenv && /tmp/hfvenv/bin/pip install torch==2.13.0 "
+       "transformers==4.57.6 numpy, then pass --hf_python /tmp/hfvenv/bin/python")
 
 # Shapes (tiny versions of the shared set's 128 / 256 x 2 / 4 heads / 1024; generator 64, 1, 256).
 DISC = {"embedding_size": 16, "hidden_size": 32, "num_hidden_layers": 2,
@@ -114,7 +114,7 @@ def write(official_dir: str, golden_dir: pathlib.Path) -> None:
     model.save_pretrained(str(out / name), safe_serialization=True)
     tokenizer.save_pretrained(str(out / name))
     # save_pretrained rewrites vocab.txt from its vocab map (it would drop a duplicated line);
-    # ship the vocabulary file itself, as a hub upload would (same bytes for tests/golden/vocab.txt).
+    # ship the vocabulary file itself, as a hub upload would (tests/golden/vocab.txt's bytes).
     (out / name / "vocab.txt").write_bytes(vocab_file.read_bytes())
 
   arrays = _inputs(tokenizer)
