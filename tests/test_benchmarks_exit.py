@@ -10,7 +10,7 @@ import threading
 import time
 
 import pytest
-from helpers.paths import REPO_ROOT
+from helpers.paths import GOLDEN, REPO_ROOT, TEST_DATA
 
 ENV = {**os.environ, "TF_CPP_MIN_LOG_LEVEL": "3", "CUDA_VISIBLE_DEVICES": "-1",
        "TF_USE_LEGACY_KERAS": "1", "PYTHONUNBUFFERED": "1"}
@@ -22,7 +22,9 @@ def test_bench_pretrain_smallest_configuration_exits():
   proc = subprocess.Popen(
       [sys.executable, str(REPO_ROOT / "benchmarks" / "bench_pretrain.py"),
        "--variants=ours,tfm", "--num_layers=1", "--batch_size=2", "--seq_length=16",
-       "--steps=1", "--repeats=1", "--nomemory"],
+       "--steps=1", "--repeats=1", "--nomemory",
+       f"--text={TEST_DATA / 'wikitext2' / 'wiki.test.raw'}",
+       f"--vocab_file={GOLDEN / 'vocab.txt'}"],
       cwd=REPO_ROOT, env=ENV, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
   lines: list[str] = []
   last = [time.time()]

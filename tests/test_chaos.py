@@ -10,7 +10,7 @@ import sys
 
 import pytest
 import tensorflow as tf
-from helpers.paths import REPO_ROOT
+from helpers.paths import GOLDEN, REPO_ROOT, TEST_DATA
 
 sys.path.insert(0, str(REPO_ROOT / "benchmarks"))
 import chaos  # noqa: E402
@@ -172,10 +172,14 @@ def test_lost_work_is_a_restore_behind_the_newest_usable_checkpoint_or_one_delet
 def harness(tmp_path_factory) -> tuple[subprocess.CompletedProcess, pathlib.Path]:
   """benchmarks/chaos.py run with 2 trials (one pre-training, one fine-tuning), folders kept."""
   work = tmp_path_factory.mktemp("chaos")
+  # the harness reads a corpus and SST-2 rows from a folder laid out as ../shared: the repository's
+  inputs = tmp_path_factory.mktemp("chaos_inputs")
+  (inputs / "reference").symlink_to(GOLDEN)
+  (inputs / "data").symlink_to(TEST_DATA)
   done = subprocess.run(
       [sys.executable, str(REPO_ROOT / "benchmarks" / "chaos.py"), "--trials", "2", "--seed",
-       str(SEED), "--work_dir", str(work), "--keep"], cwd=REPO_ROOT, capture_output=True,
-      text=True, timeout=1800)
+       str(SEED), "--work_dir", str(work), "--keep", "--shared", str(inputs)], cwd=REPO_ROOT,
+      capture_output=True, text=True, timeout=1800)
   return done, work
 
 
