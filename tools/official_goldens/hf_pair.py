@@ -114,7 +114,8 @@ def write(official_dir: str, golden_dir: pathlib.Path) -> None:
     model.save_pretrained(str(out / name), safe_serialization=True)
     tokenizer.save_pretrained(str(out / name))
     # save_pretrained rewrites vocab.txt from its vocab map (it would drop a duplicated line);
-    # ship the vocabulary file itself, as a hub upload would (same bytes for tests/golden/vocab.txt).
+    # ship the vocabulary file itself, as a hub upload would (same bytes as
+    # tests/golden/vocab.txt).
     (out / name / "vocab.txt").write_bytes(vocab_file.read_bytes())
 
   arrays = _inputs(tokenizer)
