@@ -131,7 +131,8 @@ def train_or_eval(config: Any, strategy: Any = None, jit_compile: bool = False,
     log_fn(f"debug: deleting {config.model_dir} (official behaviour)")
     tf.io.gfile.rmtree(config.model_dir)
   # A few lines of settings; every hparam goes to config.json once the setup checks passed.
-  log_fn("\n".join(run_settings.settings_lines(config, run_settings.full_config_path(config))))
+  log_fn("\n".join(run_settings.settings_lines(config, run_settings.full_config_path(config),
+                                               training.latest_checkpoint(config.model_dir))))
   if console.is_verbose():
     log_fn(config.to_json())
   run = task.build_run(config, strategy, jit_compile, mixed_precision, peak_flops, log_fn)

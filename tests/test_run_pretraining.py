@@ -372,5 +372,7 @@ def test_settings_block_of_each_objective(tmp_path, hparams, heading, has_genera
   assert path == str(tmp_path / "models" / "m" / ("config.json" if config.do_train else
                                                  "results/unsup_config.json"))
   assert json.loads(pathlib.Path(path).read_text()) == json.loads(config.to_json())
+  resumed = run_settings.settings_lines(config, path, str(tmp_path / "models/m/ckpt-5"))
+  assert ("resuming from ckpt-5, seed 3" if config.do_train else "at ckpt-5, seed 3") in resumed[0]
   other = PretrainingConfig("m", str(tmp_path), **{**TINY, **hparams})
   assert run_settings.write_full_config(other, is_chief=False) == path  # writes nothing

@@ -92,15 +92,26 @@ def _not_default(config: PretrainingConfig, shown: tuple[str, ...]) -> list[str]
           if name not in skip and value != default.get(name)]
 
 
-def settings_lines(config: PretrainingConfig, full_config: str) -> list[str]:
-  """The block a run starts with (a few lines, at most ``console.WIDTH`` characters each)."""
+def _start(config: PretrainingConfig, latest: str | None) -> str:
+  """Where the weights come from: the model folder's newest checkpoint wins over
+  ``init_checkpoint`` (as ``Trainer.restore_or_initialize``)."""
+  if latest:
+    name = os.path.basename(latest)
+    return f"resuming from {name}" if config.do_train else f"at {name}"
+  return f"from {config.init_checkpoint or 'random initialisation'}"
+
+
+def settings_lines(config: PretrainingConfig, full_config: str, latest: str | None = None
+                   ) -> list[str]:
+  """The block a run starts with (a few lines, at most ``console.WIDTH`` characters each).
+  ``latest``: the newest checkpoint in the model folder, if any (the run resumes from it)."""
   bert = get_bert_config(config)
   embedding = config.embedding_size or bert.hidden_size
   what = "Pre-training" if config.do_train else "Evaluating"
   also = " then evaluating" if config.do_train and config.do_eval else ""
   seed = "unseeded" if config.seed is None else f"seed {config.seed}"
-  lines = [f"{what}{also} {config.model_name} ({objective(config)}) from "
-           f"{config.init_checkpoint or 'random initialisation'}, {seed}",
+  lines = [f"{what}{also} {config.model_name} ({objective(config)}) {_start(config, latest)}, "
+           f"{seed}",
            f"  model: {bert.num_hidden_layers} layers, hidden {bert.hidden_size}, "
            f"{bert.num_attention_heads} heads, embedding {embedding}, vocabulary "
            f"{bert.vocab_size}{'' if config.do_lower_case else ', cased'}"]
