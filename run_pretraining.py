@@ -6,9 +6,14 @@ r"""Pre-trains ELECTRA, Electric or a masked LM (official ``run_pretraining.py``
   D/pretrain_tfrecords/pretrain_data.tfrecord*   examples (data_prep/build_pretraining_dataset.py)
   D/vocab.txt                                    WordPiece vocabulary (vocab_size lines)
   D/models/M/                                    checkpoints ckpt-<step>, TensorBoard events,
-                                                 hparams.json + vocab.txt (the model's shape)
+                                                 hparams.json + vocab.txt (the model's shape),
+                                                 config.json (every hparam of the last run)
   D/models/M/eval/                               eval TensorBoard events
-  D/models/M/results/unsup_results.txt           eval metrics (``do_eval``)
+  D/models/M/results/unsup_results.txt           eval metrics (``do_eval``); an eval-only
+                                                 run's hparams in unsup_config.json
+
+The console shows a few lines of settings (model shape, objective, batch, steps, data, where
+the full config is written), then progress lines; ``--verbose`` also prints the full config.
 
 Ctrl-C or SIGTERM stops after the step in progress and saves it (exit 130 / 143). Rerunning
 the same command resumes from the newest complete checkpoint in D/models/M, whatever its
@@ -114,7 +119,7 @@ def train_or_eval(config: Any, strategy: Any = None, jit_compile: bool = False,
   import tensorflow as tf
 
   from electra_tf import training
-  from electra_tf.pretraining import data_check, task
+  from electra_tf.pretraining import data_check, run_settings, task
   from electra_tf.reading import model_dir
   from electra_tf.training import input_state
 
@@ -125,12 +130,17 @@ def train_or_eval(config: Any, strategy: Any = None, jit_compile: bool = False,
   if config.debug and config.do_train and tf.io.gfile.exists(config.model_dir):
     log_fn(f"debug: deleting {config.model_dir} (official behaviour)")
     tf.io.gfile.rmtree(config.model_dir)
-  log_fn("=" * 80 + "\nConfig:\n" + config.to_json() + "\n" + "=" * 80)
+  # A few lines of settings; every hparam goes to config.json once the setup checks passed.
+  log_fn("\n".join(run_settings.settings_lines(config, run_settings.full_config_path(config),
+                                               training.latest_checkpoint(config.model_dir))))
+  if console.is_verbose():
+    log_fn(config.to_json())
   run = task.build_run(config, strategy, jit_compile, mixed_precision, peak_flops, log_fn)
   data_check.check_data(config.pretrain_tfrecords, config.max_seq_length, config.vocab_size,
                         check=check_data, log_fn=log_fn)  # after build_run's setup checks
   start = run.trainer.restore_or_initialize()
   results: dict[str, dict[str, float]] = {"start": {"global_step": start}}
+  run_settings.write_full_config(config, run.trainer.is_chief)
   if probe is not None and config.do_train:
     probe.attach(run.trainer, run.model.discriminator, start)
   if config.do_train:

@@ -14,6 +14,7 @@ flag errors) or wrap their work in ``one_line_errors(prog, verbose)`` themselves
 from __future__ import annotations
 
 import contextlib
+import json
 import logging
 import os
 import re
@@ -42,6 +43,7 @@ VERBOSE_SWITCHES = ("--verbose", "--verbose=true", "--verbose=True", "--verbose=
 _ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 _OWN_DIRS = tuple(os.path.join(_ROOT, d) + os.sep for d in ("electra_tf", "data_prep"))
 RULE = "=" * 80
+WIDTH = 100  # a settings block's lines (``wrapped``) stay within this many characters
 _verbose = False  # set by quiet(): whether library logs are shown
 
 
@@ -54,6 +56,28 @@ def log(message: str = "") -> None:
 def summary(title: str, lines: Sequence[str]) -> None:
   """Prints the one summary block a run ends with: a rule, ``title``, ``lines``, a rule."""
   log("\n".join([RULE, title, *lines, RULE]))
+
+
+def is_verbose() -> bool:
+  """Whether ``quiet(argv)`` found ``--verbose`` (library logs shown, fuller output)."""
+  return _verbose
+
+
+def setting_value(value: object) -> str:
+  """A setting as a settings block shows it: a string as it is, anything else as JSON."""
+  return value if isinstance(value, str) else json.dumps(value)
+
+
+def wrapped(label: str, items: Sequence[str], width: int = WIDTH) -> list[str]:
+  """``  label: a, b, c`` over as many lines as ``width`` needs, an item never split (the
+  lines of the settings block a run starts with)."""
+  lines = [f"  {label}:"]
+  for i, item in enumerate(items):
+    piece = f" {item}{',' if i < len(items) - 1 else ''}"
+    if len(lines[-1]) + len(piece) > width and lines[-1].strip().endswith(","):
+      lines.append("   ")
+    lines[-1] += piece
+  return lines
 
 
 def venv_command(script: str, module: str) -> str:

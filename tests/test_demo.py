@@ -1,9 +1,10 @@
 """run_demo.sh end to end at a tiny size: the real pipeline (corpus -> vocab -> TFRecords ->
 pre-training -> eval -> learning curves -> fine-tuning -> LiteRT int8 export -> new sentences
 classified by the int8 model) exits 0, writes the PNG and the 5-row table, and its console is
-quiet: no TensorFlow C++ / absl log line from any entry point, the eval run's config and metrics
-printed once, a short fine-tuning start, one final summary ending on the int8 model's
-predictions (checked against the .tflite file run here)."""
+quiet: no TensorFlow C++ / absl log line from any entry point, at most 20 lines before
+pre-training's first progress line, the eval run's settings and metrics printed once, a short
+fine-tuning start, one final summary ending on the int8 model's predictions (checked against
+the .tflite file run here)."""
 
 import csv
 import json
@@ -58,8 +59,13 @@ def test_tiny_demo_runs_end_to_end_quietly(tmp_path):
       2, 4, 6, 8, 10]
   assert f"Learning curves: {png}" in curves
 
+  pretraining = _section(out, "== 4/9", "== 5/9").splitlines()[1:]
+  first = next(i for i, line in enumerate(pretraining) if re.match(r"\d+/10 = ", line))
+  assert first <= 20, "\n".join(pretraining[:first + 1])  # a short start: settings, checks
+  assert "  full config: " + str(demo_dir / "models/demo/config.json") in pretraining[:first]
   eval_run = _section(out, "== 5/9", "== 6/9")
-  assert eval_run.count("Config:") == 1 and eval_run.count("disc_auc = ") == 1
+  assert eval_run.count("  full config: ") == 1 and eval_run.count("disc_auc = ") == 1
+  assert "Config:" not in out
   assert eval_run.count(console.RULE + "\nSummary: model demo, step 10\n") == 1
 
   finetuning = _section(out, "== 7/9", "== 8/9").splitlines()

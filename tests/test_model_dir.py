@@ -362,3 +362,28 @@ def test_a_run_names_the_heads_that_a_bare_checkpoint_cannot(tmp_path):
   assert merged["model_hparam_overrides"]["num_attention_heads"] == 2 * guess
   with pytest.raises(ValueError, match="hidden_size"):  # a size is still checked
     model_dir.hparams_for_run({"model_hparam_overrides": {"hidden_size": 48}}, [str(copy)])
+
+
+def test_tasks_json_records_data_relative_to_the_model_folder(tmp_path):
+  from electra_tf.reading import model_tasks
+
+  root = tmp_path / "work"
+  (root / "finetuning_data" / "topic").mkdir(parents=True)
+  model = root / "models" / "m"
+  definition = {"name": "topic", "kind": "classification", "labels": ["a", "b"],
+                "data": str(root / "finetuning_data" / "topic")}
+  path = model_tasks.write_tasks(str(model), [definition])
+  text = open(path, encoding="utf-8").read()
+  assert str(tmp_path) not in text
+  assert json.loads(text)["tasks"][0]["data"] == os.path.join("..", "..", "finetuning_data",
+                                                              "topic")
+  assert model_tasks.read_tasks(str(model))["topic"] == definition
+  moved = tmp_path / "elsewhere"  # model and data moved together: still found
+  shutil.move(str(root), str(moved))
+  assert model_tasks.read_tasks(str(moved / "models" / "m"))["topic"]["data"] == str(
+      moved / "finetuning_data" / "topic")
+  # a file written before (an absolute path) still reads; so does one without data
+  old = {"tasks": [{**definition, "data": "/abs/data/topic"}, {"name": "x", "kind": "tagging"}]}
+  (moved / "models" / "m" / "tasks.json").write_text(json.dumps(old), encoding="utf-8")
+  read = model_tasks.read_tasks(str(moved / "models" / "m"))
+  assert read["topic"]["data"] == "/abs/data/topic" and "data" not in read["x"]

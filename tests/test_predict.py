@@ -18,6 +18,7 @@ from electra_tf import console
 from electra_tf.interop import litert_eval, predicting, prediction_rows, signatures
 from electra_tf.interop.conversion import convert_finetuned
 from electra_tf.interop.litert_runner import LiteRTModel
+from electra_tf.reading import model_tasks
 
 # A program must be quiet without the test session's TF_CPP_MIN_LOG_LEVEL (conftest).
 ENV = {k: v for k, v in os.environ.items() if k != "TF_CPP_MIN_LOG_LEVEL"}
@@ -68,7 +69,12 @@ def test_model_directory_carries_its_task_definitions(model):
     assert sim["kind"] == "regression" and sim["range"] == [0.0, 5.0]
     assert chunking["kind"] == "tagging" and chunking["spans"]
     assert chunking["labels"] == sorted(chunking["labels"]) and "B-NP" in chunking["labels"]
-    assert reviews["data"] == str(model["data"] / "movie_reviews")
+    # the data folder relative to the model folder: no absolute path of this machine
+    assert not os.path.isabs(reviews["data"]) and str(model["root"]) not in json.dumps(tasks)
+    assert os.path.normpath(os.path.join(folder, reviews["data"])) == str(
+        model["data"] / "movie_reviews")
+    read = model_tasks.read_tasks(str(folder))
+    assert read["movie_reviews"]["data"] == str(model["data"] / "movie_reviews")
 
 
 @pytest.mark.slow
@@ -111,7 +117,7 @@ def test_predict_scores_dev_rows_as_the_fine_tuning_run(model, task):
   want = model["dev"][task]
   metric = MAIN_METRIC[task]
   for path in (model["out"] / "saved_model", model["trial"],
-               model["out"] / "litert" / "float32.tflite"):
+               model["out"] / "litert" / "float32.tflite", model["out"] / "litert"):
     result, rows = _predict(path, task, model["data"])
     assert result.labelled == len(rows) == len(result.predictions)
     assert result.metrics[metric] == pytest.approx(want[metric], abs=1e-3), (path, task)
@@ -119,11 +125,14 @@ def test_predict_scores_dev_rows_as_the_fine_tuning_run(model, task):
 
 
 @pytest.mark.slow
-def test_predict_tflite_without_tensorflow(model, tmp_path):
-  """The .tflite path of the CLI in a process where importing TensorFlow fails; its accuracy
-  equals convert's measurement of the same file (featurised by the task there)."""
+@pytest.mark.parametrize("litert, variant", [("litert/int8.tflite", "int8"),
+                                             ("litert", "float32")])
+def test_predict_tflite_without_tensorflow(model, tmp_path, litert, variant):
+  """The .tflite path of the CLI (a file, or convert's litert/ folder: its float32 model) in a
+  process where importing TensorFlow fails; its accuracy equals convert's measurement of the
+  same file (featurised by the task there)."""
   output = tmp_path / "predictions.tsv"
-  argv = ["predict", f"--model={model['out'] / 'litert' / 'int8.tflite'}",
+  argv = ["predict", f"--model={model['out'] / litert}",
           f"--input={model['data'] / 'movie_reviews' / 'dev.csv'}", "--task=movie_reviews",
           f"--output={output}", "--show=2", "--batch_size=5"]
   code = ("import runpy, sys; sys.modules['tensorflow'] = None; "
@@ -133,7 +142,8 @@ def test_predict_tflite_without_tensorflow(model, tmp_path):
   assert proc.returncode == 0, "\n".join(lines[-20:])
   assert not [line for line in lines if console.LOG_LINE.match(line)], lines
   spec = json.loads((model["out"] / "litert" / "litert.json").read_text())
-  measured = spec["dev"]["movie_reviews"]["variants"]["int8"]["accuracy"]
+  measured = spec["dev"]["movie_reviews"]["variants"][variant]["accuracy"]
+  assert f"{variant}.tflite" in proc.stdout
   assert f"accuracy {measured:.2f}" in proc.stdout
   assert "examples/s" in proc.stdout and "15 labelled rows" in proc.stdout
   progress = [line for line in lines if line.startswith("predict: ")]

@@ -184,7 +184,7 @@ def test_restart_on_two_workers_trains_the_new_shape_from_step_0(tmp_path, data_
   configs = pretrain_data.two_worker_tf_configs()
   other = _pretrain(root, new, "--restart", "--distribution_strategy", "multi_worker_mirrored",
                     tf_config=configs[1])
-  m, early = procs.wait_for_line(other, r"(waiting for the chief|Config:|error)", timeout=300)
+  m, early = procs.wait_for_line(other, r"(waiting for the chief|full config:|error)", timeout=300)
   time.sleep(3)  # time to read the old folder, if it does not wait
   chief = _pretrain(root, new, "--restart", "--distribution_strategy", "multi_worker_mirrored",
                     tf_config=configs[0])

@@ -17,7 +17,7 @@ from helpers import pretrain_data, procs
 from helpers.paths import GOLDEN
 
 import run_pretraining as rp
-from electra_tf import training
+from electra_tf import console, training
 from electra_tf.config import PretrainingConfig
 from electra_tf.optimization import learning_rate_at
 from electra_tf.pretraining import metrics as metrics_lib
@@ -326,3 +326,53 @@ def test_latest_checkpoint_with_a_relative_model_dir(tmp_path, monkeypatch):
                                        "data/models/m", max_to_keep=1)
   manager.save(checkpoint_number=7)
   assert training.latest_checkpoint("data/models/m") == "data/models/m/ckpt-7"
+
+
+def test_console_starts_with_a_short_settings_block_and_writes_config_json(pretrain_dir):
+  """A real run prints at most 20 lines before its first progress line (no config JSON) and
+  writes the whole resolved config to models/<name>/config.json."""
+  proc = _script(pretrain_dir, "quiet_console", TINY)
+  log = _finish(proc)
+  assert proc.returncode == 0, log[-3000:]
+  lines = log.splitlines()
+  first = next(i for i, line in enumerate(lines) if line.startswith("1/2 = "))
+  assert first <= 20, "\n".join(lines[:first + 1])
+  paths = ("  data: ", "  model_dir: ", "  full config: ")
+  assert max(len(line) for line in lines[:first] if not line.startswith(paths)) <= console.WIDTH
+  assert not any(line.strip() in ("{", "}", "Config:") for line in lines), log
+  model_dir = pretrain_dir / "models" / "quiet_console"
+  assert f"  full config: {model_dir / 'config.json'}" in lines[:first]
+  written = json.loads((model_dir / "config.json").read_text())
+  expected = PretrainingConfig("quiet_console", str(pretrain_dir), **TINY).to_dict()
+  assert written == json.loads(json.dumps(expected))
+  assert not [p.name for p in model_dir.iterdir() if p.name.startswith(".")]  # atomic: no temp
+  from electra_tf.reading import model_source
+
+  assert not model_source.is_hf(str(model_dir))  # config.json has no model_type: not an HF folder
+
+
+@pytest.mark.parametrize("hparams, heading, has_generator", [
+    ({}, "Pre-training m (ELECTRA) from random initialisation, seed 3", True),
+    ({"electra_objective": False, "electric_objective": True}, "(Electric, two-tower", True),
+    ({"electra_objective": False}, "(masked LM (no discriminator))", False),
+    ({"uniform_generator": True}, "uniform replacements: no generator", False),
+    ({"do_train": False, "do_eval": True}, "Evaluating m (ELECTRA)", True)])
+def test_settings_block_of_each_objective(tmp_path, hparams, heading, has_generator):
+  from electra_tf.pretraining import run_settings
+
+  config = PretrainingConfig("m", str(tmp_path), **{**TINY, **hparams})
+  path = run_settings.write_full_config(config)
+  lines = run_settings.settings_lines(config, path)
+  assert heading in lines[0] and lines[-1] == f"  full config: {path}"
+  assert len(lines) <= 10, lines
+  assert max(len(line) for line in lines[:-3]) <= console.WIDTH, lines  # but the 3 paths
+  assert [line.split(":")[0] for line in lines[-3:]] == ["  data", "  model_dir",
+                                                          "  full config"]
+  assert any(line.startswith("  generator: ") for line in lines) == has_generator
+  assert path == str(tmp_path / "models" / "m" / ("config.json" if config.do_train else
+                                                 "results/unsup_config.json"))
+  assert json.loads(pathlib.Path(path).read_text()) == json.loads(config.to_json())
+  resumed = run_settings.settings_lines(config, path, str(tmp_path / "models/m/ckpt-5"))
+  assert ("resuming from ckpt-5, seed 3" if config.do_train else "at ckpt-5, seed 3") in resumed[0]
+  other = PretrainingConfig("m", str(tmp_path), **{**TINY, **hparams})
+  assert run_settings.write_full_config(other, is_chief=False) == path  # writes nothing

@@ -8,15 +8,14 @@ default. The whole config goes to a file beside the results (``write_full_config
 
 from __future__ import annotations
 
-import json
 import os
 from collections.abc import Sequence
-from typing import Any
 
 import tensorflow as tf
 
 from electra_tf import atomic_io
 from electra_tf.config import FinetuningConfig, get_bert_config
+from electra_tf.console import WIDTH, setting_value, wrapped  # noqa: F401 -- WIDTH: re-exported
 from electra_tf.finetuning.builtin.qa import QATask
 from electra_tf.finetuning.task_base import Task
 
@@ -31,7 +30,6 @@ PAIRS_ONLY = ("double_unordered",)
 _SHOWN_ELSEWHERE = ("model_name", "data_dir", "init_checkpoint", "task_names", "num_trials",
                     "seed", "model_size", "vocab_size", "embedding_size",
                     "model_hparam_overrides", "do_lower_case")
-WIDTH = 100
 
 
 def check_settings(config: FinetuningConfig) -> None:
@@ -58,21 +56,6 @@ def write_full_config(config: FinetuningConfig) -> str:
   return path
 
 
-def _value(value: Any) -> str:
-  return value if isinstance(value, str) else json.dumps(value)
-
-
-def _wrapped(label: str, items: Sequence[str]) -> list[str]:
-  """``  label: a, b, c`` over as many lines as ``WIDTH`` needs, an item never split."""
-  lines = [f"  {label}:"]
-  for i, item in enumerate(items):
-    piece = f" {item}{',' if i < len(items) - 1 else ''}"
-    if len(lines[-1]) + len(piece) > WIDTH and lines[-1].strip().endswith(","):
-      lines.append("   ")
-    lines[-1] += piece
-  return lines
-
-
 def _symmetric_pairs(task: Task) -> bool:
   """Whether ``double_unordered`` applies: MRPC / STS, or a user task with symmetric pairs."""
   return bool(getattr(task, "pairs_unordered", False)
@@ -89,7 +72,7 @@ def _not_default(config: FinetuningConfig, tasks: Sequence[Task]) -> list[str]:
     skip.update(QA_ONLY)
   if not any(_symmetric_pairs(t) for t in tasks):
     skip.update(PAIRS_ONLY)
-  return [f"{name} {_value(value)}" for name, value in sorted(config.to_dict().items())
+  return [f"{name} {setting_value(value)}" for name, value in sorted(config.to_dict().items())
           if name not in skip and value != default.get(name)]
 
 
@@ -106,11 +89,12 @@ def settings_lines(config: FinetuningConfig, tasks: Sequence[Task], full_config:
            f"  model: {bert.num_hidden_layers} layers, hidden {bert.hidden_size}, "
            f"{bert.num_attention_heads} heads, embedding {embedding}, vocabulary "
            f"{bert.vocab_size}{'' if config.do_lower_case else ', cased'}"]
-  lines += _wrapped("training", [f"{k} {_value(getattr(config, k))}" for k in TRAINING])
+  lines += wrapped("training", [f"{k} {setting_value(getattr(config, k))}" for k in TRAINING])
   if any(isinstance(t, QATask) for t in tasks):
-    lines += _wrapped("question answering", [f"{k} {_value(getattr(config, k))}" for k in QA])
+    lines += wrapped("question answering",
+                     [f"{k} {setting_value(getattr(config, k))}" for k in QA])
   others = _not_default(config, tasks)
   if others:
-    lines += _wrapped("other settings not at their defaults", others)
+    lines += wrapped("other settings not at their defaults", others)
   lines.append(f"  full config: {full_config}")
   return lines

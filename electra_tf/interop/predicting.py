@@ -1,12 +1,14 @@
 r"""Label a file with a fine-tuned model (the ``python -m electra_tf.predict`` command).
 
-  python -m electra_tf.predict --model <model dir | SavedModel | .tflite> --input rows.csv \
+  python -m electra_tf.predict --model <model dir | SavedModel | .tflite | litert/> \
+      --input rows.csv \
       [--output predictions.jsonl] [--task topic] [--batch_size 32] [--show 5]
 
 ``--model`` is a fine-tuned model directory (``run_finetuning.py``'s
 ``finetuning_models/<tasks>_model_<trial>``, or ``convert``'s output folder), a SavedModel
 export (``<out>/saved_model``) or a LiteRT ``.tflite`` with its ``litert.json`` beside it
-(``<out>/litert/int8.tflite``). Each carries its task definitions (``tasks.json`` /
+(``<out>/litert/int8.tflite``; the folder ``<out>/litert`` runs its most exact variant there,
+``float32.tflite`` when it was written). Each carries its task definitions (``tasks.json`` /
 ``litert.json``) and ``vocab.txt``, so no data folder is needed. The ``.tflite`` path loads no
 TensorFlow (numpy, ``ai_edge_litert`` and the pure-Python tokenizer), so it runs on a small
 device; LiteRT models take one row per call.
@@ -49,8 +51,38 @@ class Predictor:
   description: str
 
 
+# A LiteRT folder given as --model: its most exact variant there.
+LITERT_PREFERENCE = ("float32", "float16", "int8", "int8_full")
+LITERT_SPEC = "litert.json"
+
+
+def litert_in_folder(folder: str) -> str | None:
+  """The ``.tflite`` to run when ``folder`` is a LiteRT folder (``litert.json`` in it, as
+  ``convert --litert`` writes ``<out>/litert/``): the first of ``LITERT_PREFERENCE`` that
+  its ``litert.json`` lists and that is there, else its first ``.tflite``; None for any other
+  folder. A LiteRT folder without a ``.tflite`` is a one-line FileNotFoundError."""
+  spec_path = os.path.join(folder, LITERT_SPEC)
+  if not os.path.isfile(spec_path):
+    return None
+  import json
+
+  try:
+    with open(spec_path, encoding="utf-8") as f:
+      variants = json.load(f).get("variants") or {}
+  except (OSError, ValueError, AttributeError):
+    variants = {}
+  listed = [variants[v] for v in LITERT_PREFERENCE if isinstance(variants.get(v), str)]
+  present = sorted(n for n in os.listdir(folder) if n.endswith(".tflite"))
+  for name in [*listed, *present]:
+    if os.path.isfile(os.path.join(folder, name)):
+      return os.path.join(folder, name)
+  raise FileNotFoundError(f"{folder} has {LITERT_SPEC} but no .tflite model")
+
+
 def open_model(path: str, task: str | None = None, threads: int | None = None) -> Predictor:
   """The model at ``path`` (see the module docstring) for ``task`` (its only one if None)."""
+  if os.path.isdir(path):
+    path = litert_in_folder(path) or path
   if path.endswith(".tflite"):
     return _litert(path, task, threads)
   if not os.path.isdir(path) and not os.path.exists(path + ".index"):
@@ -203,8 +235,8 @@ def define_flags() -> None:
   from absl import flags
 
   paths = {
-      "model": "A fine-tuned model directory, a SavedModel export or a LiteRT .tflite "
-               "(litert.json beside it).",
+      "model": "A fine-tuned model directory, a SavedModel export, a LiteRT .tflite "
+               "(litert.json beside it) or a LiteRT folder (its float32 model if there).",
       "input": "Rows to label: .txt (one a line), .csv, .tsv, .jsonl; tagging also CoNLL .conll.",
       "output": "Where the predictions go (.jsonl, .tsv, .csv; default <input without "
                 "extension>.predictions.jsonl).",
