@@ -11,7 +11,7 @@ import pytest
 import tensorflow as tf
 from helpers.keras_hub_check import SCRIPT as KERAS_HUB_CHECK
 from helpers.keras_hub_check import check_env
-from helpers.paths import REPO_ROOT
+from helpers.paths import GOLDEN, REPO_ROOT
 
 from electra_tf import tokenization
 from electra_tf.interop import deploy_exports, litert_export
@@ -22,7 +22,8 @@ from electra_tf.reading import model_tasks
 INPUTS = ("input_ids", "input_mask", "segment_ids")
 # max |LiteRT - SavedModel| over the reference inputs, measured (rte logits / chunk logits):
 # float32 7e-7 / 2e-6, float16 9e-4 / 3.3e-3, int8 1.0e-2 / 5.3e-2 (int8 activations are
-# coarse, see docs/deployment.md): bounds about 3x above that. int8_full: see HELD_OUT.
+# coarse, see docs/deployment.md): bounds about 3x above that (the golden lane measured less:
+# float16 2.9e-3, int8 1.7e-2 at most). int8_full: see HELD_OUT.
 TOLERANCE = {("float32", "classify"): 1e-5, ("float32", "tag"): 1e-5,
              ("float16", "classify"): 5e-3, ("float16", "tag"): 1e-2,
              ("int8", "classify"): 5e-2, ("int8", "tag"): 0.15}
@@ -34,9 +35,31 @@ TOLERANCE = {("float32", "classify"): 1e-5, ("float32", "tag"): 1e-5,
 # calibration (zeros) measured rte 0.93, chunk 1.55 and 89.4 %: the bounds reject it.
 HELD_OUT = {"classify": {"max_difference": 0.32, "agreement": 98.0},
             "tag": {"max_difference": 1.3, "agreement": 85.0}}
+# The golden lane's tiny model (hidden 32, tests/golden), measured the same way: int8_full rte
+# 0.076 (100 %), chunk 0.342 (96.0 %); the zero-calibrated one rte 0.286 (100 %). Same rule for
+# the bounds. Its file sizes: float16 0.694 and int8 0.559 of float32 (the graph's fixed bytes
+# weigh more next to 40k weights); the shared set's model: under 0.55 and 0.3.
+HELD_OUT_GOLDEN = {"classify": {"max_difference": 0.16, "agreement": 98.0},
+                   "tag": {"max_difference": 0.7, "agreement": 92.0}}
+SIZE_RATIOS = {"extended": {"float16": 0.55, "int8": 0.3},
+               "golden": {"float16": 0.75, "int8": 0.62}}
 # keras-hub's feed-forward uses tanh-approximate GELU, ELECTRA the erf form: sequence_output
 # differs by at most 5.7e-5 here (2 layers, |values| up to 6); see docs/deployment.md
 KERAS_HUB_TOLERANCE = 1e-4
+
+
+def _lane(reference_dir) -> str:
+  return "golden" if reference_dir == GOLDEN else "extended"
+
+
+def _held_out_bounds(reference_dir) -> dict:
+  return HELD_OUT_GOLDEN if reference_dir == GOLDEN else HELD_OUT
+
+
+def _seq_length(reference_dir) -> int:
+  """The fine-tuning goldens' max_seq_length (128 in the shared set, 64 in tests/golden)."""
+  return json.loads((reference_dir / "finetune_heads" / "hparams.json").read_text())[
+      "max_seq_length"]
 
 
 def _lines(path, n, separator):
@@ -96,8 +119,10 @@ def test_litert_variants_match_saved_model(exported, reference_dir):
   assert litert["signatures"] == ["classify", "tag"]
   g = exported["golden"]
   sizes = {v: os.path.getsize(p) for v, p in litert["files"].items()}
-  assert sizes["float16"] < 0.55 * sizes["float32"]
-  assert sizes["int8"] < 0.3 * sizes["float32"]
+  print(f"sizes / float32: float16 {sizes['float16'] / sizes['float32']:.3f}, "
+        f"int8 {sizes['int8'] / sizes['float32']:.3f}")
+  for variant, ratio in SIZE_RATIOS[_lane(reference_dir)].items():
+    assert sizes[variant] < ratio * sizes["float32"], (variant, sizes)
   for signature, task, output in (("classify", "rte", "logits"), ("tag", "chunk", "logits")):
     want = _saved_model_outputs(exported, signature, task)
     for variant, path in litert["files"].items():
@@ -117,7 +142,8 @@ def test_litert_variants_match_saved_model(exported, reference_dir):
   mapping = json.loads((reference_dir / "finetune_heads" / "chunk_label_mapping.json").read_text())
   assert spec["signatures"]["tag"]["kind"] == "tagging"
   assert spec["signatures"]["tag"]["labels"] == sorted(mapping, key=mapping.get)
-  assert spec["inputs"]["input_ids"] == {"shape": [1, 128], "dtype": "int32"}
+  assert spec["inputs"]["input_ids"] == {"shape": [1, _seq_length(reference_dir)],
+                                         "dtype": "int32"}
   assert (exported["out"] / "litert" / "vocab.txt").exists()
 
 
@@ -147,13 +173,14 @@ def _held_out(exported, tflite, signature, task):
 
 
 @pytest.mark.slow
-def test_int8_full_agrees_with_float32_on_held_out_rows(exported):
+def test_int8_full_agrees_with_float32_on_held_out_rows(exported, reference_dir):
   litert = exported["result"]["litert"]
+  bounds = _held_out_bounds(reference_dir)
   for signature, task in (("classify", "rte"), ("tag", "chunk")):
     agreement, diff = _held_out(exported, litert["files"]["int8_full"], signature, task)
     print(f"int8_full {signature}: agreement {agreement:.1f}%, max |logit diff| {diff:.3f}")
-    assert agreement >= HELD_OUT[signature]["agreement"], (signature, agreement)
-    assert diff <= HELD_OUT[signature]["max_difference"], (signature, diff)
+    assert agreement >= bounds[signature]["agreement"], (signature, agreement)
+    assert diff <= bounds[signature]["max_difference"], (signature, diff)
     # convert's own measurement (litert.json "dev") saw the same rows and found the same
     measured = litert["dev"][task]["variants"]["int8_full"]
     assert measured["agreement"] == pytest.approx(agreement)
@@ -163,17 +190,18 @@ def test_int8_full_agrees_with_float32_on_held_out_rows(exported):
 
 
 @pytest.mark.slow
-def test_held_out_check_rejects_a_broken_calibration(exported, tmp_path):
+def test_held_out_check_rejects_a_broken_calibration(exported, reference_dir, tmp_path):
   """The bounds above fail an int8_full calibrated on all-zero inputs."""
   out = exported["out"]
   fixed = tmp_path / "fixed"
+  seq_length = _seq_length(reference_dir)
   litert_export.write_fixed_shape_saved_model(str(out / "saved_model"), ["classify", "tag"],
-                                              128, str(fixed))
+                                              seq_length, str(fixed))
 
   def zeros():
     for signature in ("classify", "tag"):
       for _ in range(100):
-        yield signature, {k: np.zeros([1, 128], np.int32) for k in INPUTS}
+        yield signature, {k: np.zeros([1, seq_length], np.int32) for k in INPUTS}
   broken = tmp_path / "litert"
   broken.mkdir()
   for name in ("litert.json", "vocab.txt"):
@@ -183,7 +211,7 @@ def test_held_out_check_rejects_a_broken_calibration(exported, tmp_path):
   for signature, task in (("classify", "rte"), ("tag", "chunk")):
     agreement, diff = _held_out(exported, broken / "int8_full.tflite", signature, task)
     print(f"broken int8_full {signature}: agreement {agreement:.1f}%, max |diff| {diff:.3f}")
-    bound = HELD_OUT[signature]
+    bound = _held_out_bounds(reference_dir)[signature]
     assert agreement < bound["agreement"] or diff > bound["max_difference"], signature
 
 
@@ -191,7 +219,11 @@ def test_held_out_check_rejects_a_broken_calibration(exported, tmp_path):
 def test_keras_hub_preset_loads_offline_and_matches_encoder(exported, reference_dir, tmp_path):
   preset = exported["result"]["keras_hub"]
   config = json.loads((exported["out"] / "keras_hub" / "config.json").read_text())["config"]
-  assert (config["embedding_dim"], config["hidden_dim"]) == (128, 256)  # projected embeddings
+  bert = json.loads((reference_dir / "finetune_heads" / "bert_config.json").read_text())
+  hparams = json.loads((reference_dir / "finetune_heads" / "hparams.json").read_text())
+  embedding = hparams.get("embedding_size", 128)  # model_size small's default
+  assert embedding != bert["hidden_size"]
+  assert (config["embedding_dim"], config["hidden_dim"]) == (embedding, bert["hidden_size"])
   g = exported["golden"]
   texts = np.array(["The café's naïve owner said: \"Hello, World!\" (12.5% off)",
                     "An UNBELIEVABLY good film... 東京 isn't far."])
