@@ -148,8 +148,8 @@ def test_two_workers_train_and_resume_as_one_worker_with_two_replicas(pretrain_d
   assert "Saved" in chief and "Saved" not in other  # only the chief reports its saves
   assert sorted(p.name for p in (models / "two").iterdir() if p.is_file()
                 and not p.name.startswith("events")) == [
-      "checkpoint", f"ckpt-{STEPS}.data-00000-of-00001", f"ckpt-{STEPS}.index", "hparams.json",
-      "vocab.txt"]  # no scratch left by worker 1
+      "checkpoint", f"ckpt-{STEPS}.data-00000-of-00001", f"ckpt-{STEPS}.index", "config.json",
+      "hparams.json", "vocab.txt"]  # the chief's config.json once; no scratch left by worker 1
   two, one = _tensors(models / "two" / f"ckpt-{STEPS}"), _tensors(models / "one" / f"ckpt-{STEPS}")
   assert two["step/.ATTRIBUTES/VARIABLE_VALUE"] == one["step/.ATTRIBUTES/VARIABLE_VALUE"] == STEPS
   _assert_close(two, one)
