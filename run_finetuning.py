@@ -28,15 +28,14 @@ from electra_tf import early_interrupt  # noqa: I001 -- first: Ctrl-C while load
 if __name__ == "__main__":
   early_interrupt.install()
 
-import os
 import sys
 from collections.abc import Sequence
 
-from electra_tf import console  # noqa: I001 -- console.quiet must run before TensorFlow loads
+from electra_tf import console  # noqa: I001 -- quiet_logs, use_tf_keras before TensorFlow loads
 
 if __name__ == "__main__":
-  console.quiet(sys.argv)
-os.environ.setdefault("TF_USE_LEGACY_KERAS", "1")  # tf_keras (Keras 2), as everywhere here
+  console.quiet_logs(sys.argv)
+console.use_tf_keras()
 
 import tensorflow as tf  # noqa: E402
 from absl import flags  # noqa: E402

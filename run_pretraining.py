@@ -61,11 +61,11 @@ import sys
 import time
 from collections.abc import Sequence
 
-from electra_tf import console  # noqa: I001 -- console.quiet must run before TensorFlow loads
+from electra_tf import console  # noqa: I001 -- quiet_logs, use_tf_keras before TensorFlow loads
 
 if __name__ == "__main__":
-  console.quiet(sys.argv)
-os.environ.setdefault("TF_USE_LEGACY_KERAS", "1")
+  console.quiet_logs(sys.argv)
+console.use_tf_keras()
 
 from absl import flags  # noqa: E402
 
