@@ -79,15 +79,14 @@ PRECISIONS = ("none", "bfloat16", "float16")
 def define_flags() -> None:
   """Command-line flags (defined on demand, so that importing this module defines none)."""
   from electra_tf.probing.during_pretraining import define_flags as define_probe_flags
-  from electra_tf.training.runtime import STRATEGIES
+  from electra_tf.training.runtime import define_strategy_flag
 
   flags.DEFINE_string("data_dir", None, "Folder with pretrain_tfrecords/, vocab.txt, models/.")
   flags.DEFINE_string("data-dir", None, "Official spelling of --data_dir.")
   flags.DEFINE_string("model_name", None, "Name of the model (folder under models/).")
   flags.DEFINE_string("model-name", None, "Official spelling of --model_name.")
   flags.DEFINE_string("hparams", "{}", "Pre-training hparams: a JSON dict or a .json file.")
-  flags.DEFINE_enum("distribution_strategy", "one_device", STRATEGIES,
-                    "tf.distribute strategy; the use_tpu hparam selects tpu unless this is set.")
+  define_strategy_flag("; the use_tpu hparam selects tpu unless this is set")
   flags.DEFINE_integer("num_gpus", None, "GPUs to use (default: every visible GPU).")
   flags.DEFINE_string("tpu", None, "TPU name or address ('' = local; default: tpu_name hparam).")
   flags.DEFINE_bool("jit_compile", False, "XLA-compile the forward and backward pass.")
