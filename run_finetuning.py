@@ -28,15 +28,14 @@ from electra_tf import early_interrupt  # noqa: I001 -- first: Ctrl-C while load
 if __name__ == "__main__":
   early_interrupt.install()
 
-import os
 import sys
 from collections.abc import Sequence
 
-from electra_tf import console  # noqa: I001 -- console.quiet must run before TensorFlow loads
+from electra_tf import console  # noqa: I001 -- quiet_logs, use_tf_keras before TensorFlow loads
 
 if __name__ == "__main__":
-  console.quiet(sys.argv)
-os.environ.setdefault("TF_USE_LEGACY_KERAS", "1")  # tf_keras (Keras 2), as everywhere here
+  console.quiet_logs(sys.argv)
+console.use_tf_keras()
 
 import tensorflow as tf  # noqa: E402
 from absl import flags  # noqa: E402
@@ -46,6 +45,7 @@ from electra_tf.cli import data_dir_and_model_name  # noqa: E402
 from electra_tf.config import FinetuningConfig, load_hparams  # noqa: E402
 from electra_tf.finetuning.trials import run_finetuning  # noqa: E402
 from electra_tf.reading.model_source import finetuning_config  # noqa: E402
+from electra_tf.training.runtime import define_strategy_flag  # noqa: E402
 
 __all__ = ["run_finetuning"]  # the library's trial loop, importable from here as before
 
@@ -58,8 +58,7 @@ flags.DEFINE_string("hparams", "{}", "Fine-tuning hparams: a JSON dict or a .jso
 flags.DEFINE_bool("use_tfds", False, "Read GLUE tasks from locally prepared TensorFlow Datasets "
                   "(glue/cola, ...) instead of the TSV files; nothing is downloaded.")
 flags.DEFINE_string("tfds_data_dir", None, "TFDS data folder (default: TFDS's own default).")
-flags.DEFINE_string("distribution_strategy", "one_device",
-                    "one_device | mirrored | multi_worker_mirrored | tpu")
+define_strategy_flag()
 flags.DEFINE_integer("num_gpus", None, "GPUs to use (default: all visible).")
 
 

@@ -25,6 +25,7 @@ it) gives the starting weights, Adam slots if it has them, and the global step (
 official README says for the released models, raise ``num_train_steps`` past the checkpoint's
 step).
 ``do_train`` then ``do_eval`` (the official allows only one; both is train, then evaluate).
+This script only parses flags; the work is ``electra_tf.pretraining.run.train_or_eval``.
 
 Randomness: the ``seed`` hparam seeds initialisation, the data order, and masking, generator
 sampling and dropout. The last three are stateless, drawn from ``[seed, step * replicas +
@@ -58,14 +59,13 @@ if __name__ == "__main__":
 import os
 import sys
 import time
-from collections.abc import Callable, Sequence
-from typing import Any
+from collections.abc import Sequence
 
-from electra_tf import console  # noqa: I001 -- console.quiet must run before TensorFlow loads
+from electra_tf import console  # noqa: I001 -- quiet_logs, use_tf_keras before TensorFlow loads
 
 if __name__ == "__main__":
-  console.quiet(sys.argv)
-os.environ.setdefault("TF_USE_LEGACY_KERAS", "1")
+  console.quiet_logs(sys.argv)
+console.use_tf_keras()
 
 from absl import flags  # noqa: E402
 
@@ -79,15 +79,14 @@ PRECISIONS = ("none", "bfloat16", "float16")
 def define_flags() -> None:
   """Command-line flags (defined on demand, so that importing this module defines none)."""
   from electra_tf.probing.during_pretraining import define_flags as define_probe_flags
-  from electra_tf.training.runtime import STRATEGIES
+  from electra_tf.training.runtime import define_strategy_flag
 
   flags.DEFINE_string("data_dir", None, "Folder with pretrain_tfrecords/, vocab.txt, models/.")
   flags.DEFINE_string("data-dir", None, "Official spelling of --data_dir.")
   flags.DEFINE_string("model_name", None, "Name of the model (folder under models/).")
   flags.DEFINE_string("model-name", None, "Official spelling of --model_name.")
   flags.DEFINE_string("hparams", "{}", "Pre-training hparams: a JSON dict or a .json file.")
-  flags.DEFINE_enum("distribution_strategy", "one_device", STRATEGIES,
-                    "tf.distribute strategy; the use_tpu hparam selects tpu unless this is set.")
+  define_strategy_flag("; the use_tpu hparam selects tpu unless this is set")
   flags.DEFINE_integer("num_gpus", None, "GPUs to use (default: every visible GPU).")
   flags.DEFINE_string("tpu", None, "TPU name or address ('' = local; default: tpu_name hparam).")
   flags.DEFINE_bool("jit_compile", False, "XLA-compile the forward and backward pass.")
@@ -103,66 +102,6 @@ def define_flags() -> None:
   flags.DEFINE_float("peak_tflops", None, "Peak TFLOP/s of one device for MFU (default: looked "
                      "up for known GPUs, estimated for CPUs; see electra_tf/training/hardware.py).")
   define_probe_flags()
-
-
-def train_or_eval(config: Any, strategy: Any = None, jit_compile: bool = False,
-                  mixed_precision: str | None = None, peak_flops: float | None = None,
-                  log_fn: Callable[[str], None] = log, check_data: bool | None = None,
-                  probe: Any = None) -> dict[str, dict[str, float]]:
-  """Pre-trains and/or evaluates as ``config`` says (official ``train_or_eval``).
-
-  Returns ``{"start": {"global_step": restored step}, "train": last logged values, "eval":
-  eval results}`` (the parts that ran).
-  ``check_data``: read every shard before step 1 (True), never (False), or when the data is
-  small (None, < 1 GiB). ``probe``: a ``probing.during_pretraining.RunProbe`` to attach.
-  """
-  import tensorflow as tf
-
-  from electra_tf import training
-  from electra_tf.pretraining import data_check, run_settings, task
-  from electra_tf.reading import model_dir
-  from electra_tf.training import input_state
-
-  if (config.do_eval and not config.do_train and not config.init_checkpoint
-      and training.latest_checkpoint(config.model_dir) is None):
-    raise ValueError(f"nothing to evaluate: no checkpoint in {config.model_dir} and no "
-                     "init_checkpoint hparam")
-  if config.debug and config.do_train and tf.io.gfile.exists(config.model_dir):
-    log_fn(f"debug: deleting {config.model_dir} (official behaviour)")
-    tf.io.gfile.rmtree(config.model_dir)
-  # A few lines of settings; every hparam goes to config.json once the setup checks passed.
-  log_fn("\n".join(run_settings.settings_lines(config, run_settings.full_config_path(config),
-                                               training.latest_checkpoint(config.model_dir))))
-  if console.is_verbose():
-    log_fn(config.to_json())
-  run = task.build_run(config, strategy, jit_compile, mixed_precision, peak_flops, log_fn)
-  data_check.check_data(config.pretrain_tfrecords, config.max_seq_length, config.vocab_size,
-                        check=check_data, log_fn=log_fn)  # after build_run's setup checks
-  start = run.trainer.restore_or_initialize()
-  results: dict[str, dict[str, float]] = {"start": {"global_step": start}}
-  run_settings.write_full_config(config, run.trainer.is_chief)
-  if probe is not None and config.do_train:
-    probe.attach(run.trainer, run.model.discriminator, start)
-  if config.do_train:
-    model_dir.write_model_files(config.model_dir, config, config.vocab_file)
-    log_fn("=" * 80 + f"\nRunning training from step {start}\n" + "=" * 80)
-    # Seeded: a resumed stream continues the uninterrupted one (the consumed batches are
-    # skipped); unseeded: the official non-deterministic order restarts.
-    # A saved input state continues it without re-reading (training/input_state.py).
-    skip = task.consumed_steps(config, start, log_fn)
-    stream = input_state.plan(
-        config.model_dir, start, skip, task.stream_signature(config), run.trainer.strategy,
-        config.train_batch_size, lambda n: task.dataset_fn(config, True, config.seed, n), log_fn)
-    results["train"] = run.trainer.train(
-        task.dataset_fn(config, True, config.seed, stream.skip_steps),
-        metrics=run.train_metrics, input_state=stream)
-  if config.do_eval:
-    log_fn("=" * 80 + "\nRunning evaluation\n" + "=" * 80)
-    results["eval"] = run.trainer.evaluate(
-        task.dataset_fn(config, False, config.seed), config.num_eval_steps,
-        step_fn=task.eval_step_fn(run.model, run.eval_metrics), metrics=run.eval_metrics,
-        results_file=config.results_txt)
-  return results
 
 
 def main(argv: Sequence[str]) -> None:
@@ -189,6 +128,7 @@ def main(argv: Sequence[str]) -> None:
   peak = FLAGS.peak_tflops * 1e12 if FLAGS.peak_tflops else None
   start = time.perf_counter()
   check = {"auto": None, "true": True, "false": False}[FLAGS.check_data]
+  from electra_tf.pretraining.run import train_or_eval
   from electra_tf.pretraining.summary import print_summary
   from electra_tf.probing import during_pretraining
   from electra_tf.training import lost_worker

@@ -26,9 +26,9 @@ os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 os.environ.setdefault("TF_USE_LEGACY_KERAS", "1")
 sys.path.insert(0, str(pathlib.Path(__file__).resolve().parents[1]))
 
-import run_pretraining as rp  # noqa: E402
 from data_prep import build_pretraining_dataset as bpd  # noqa: E402
 from electra_tf.config import PretrainingConfig, load_hparams  # noqa: E402
+from electra_tf.pretraining.run import train_or_eval  # noqa: E402
 from electra_tf.probing import during_pretraining as dp  # noqa: E402
 
 REPO = pathlib.Path(__file__).resolve().parents[1]
@@ -99,8 +99,8 @@ def main() -> None:
     build_data(root, data_dir, vocab, args.max_mb)
     quiet = lambda line: None  # noqa: E731
     plain = Timed()
-    rp.train_or_eval(PretrainingConfig("plain", str(root), **hparams), log_fn=quiet,
-                     probe=plain, check_data=False)
+    train_or_eval(PretrainingConfig("plain", str(root), **hparams), log_fn=quiet,
+                  probe=plain, check_data=False)
     config = PretrainingConfig("probed", str(root), **hparams)
     settings = dp.ProbeSettings("sst", str(root), args.probe_rows, args.probe_dev_rows, half,
                                 128)
@@ -108,7 +108,7 @@ def main() -> None:
     probe = dp.prepare(config, settings, log_fn=quiet)
     reference_seconds = time.perf_counter() - start
     probed = Timed(probe)
-    rp.train_or_eval(config, log_fn=quiet, probe=probed, check_data=False)
+    train_or_eval(config, log_fn=quiet, probe=probed, check_data=False)
   step, step_probed = plain.step_seconds(), probed.step_seconds()
   per_probe = min(probed.probe_seconds)  # the first probe of a process also traces
   print(f"ELECTRA-Small, batch 128 x 128, {2 * half} steps per run; probe: SST-2, "

@@ -32,9 +32,11 @@ import tracemalloc
 from collections import Counter
 
 sys.path.insert(0, str(pathlib.Path(__file__).resolve().parents[1]))
-from electra_tf import console  # noqa: E402, I001 -- quiet before TensorFlow loads
+from electra_tf import console, early_interrupt  # noqa: E402, I001 -- before TensorFlow loads
 
-console.quiet(sys.argv)
+early_interrupt.install()
+console.quiet_logs(sys.argv)
+console.use_tf_keras()
 logging.getLogger("absl").setLevel(logging.WARNING)  # the data build's and saves' INFO records
 
 import numpy as np  # noqa: E402

@@ -275,9 +275,11 @@ def pretraining_hparams(args: argparse.Namespace, vocab_size: int, electra: bool
 
 def flops_per_example(hparams: dict[str, Any]) -> float:
   """Train FLOPs of one pre-training sequence, as the training log counts them."""
-  from electra_tf import console
+  from electra_tf import console, early_interrupt
 
-  console.quiet([])  # before TensorFlow loads: no C++ / absl log lines on this console
+  early_interrupt.install()
+  console.quiet_logs([])  # before TensorFlow loads: no C++ / absl log lines on this console
+  console.use_tf_keras()
   from electra_tf.config import PretrainingConfig
   from electra_tf.pretraining import flops
   from electra_tf.pretraining.builder import build_pretraining_model
@@ -402,9 +404,11 @@ def refuse_other(path: str, stored: Any, key: dict[str, Any], made: str) -> None
   if stored == key:
     return
   if isinstance(stored, dict):
-    from electra_tf import console
+    from electra_tf import console, early_interrupt
 
-    console.quiet([])  # before TensorFlow loads: no C++ / absl log lines on this console
+    early_interrupt.install()
+    console.quiet_logs([])  # before TensorFlow loads: no C++ / absl log lines on this console
+    console.use_tf_keras()
     from electra_tf.finetuning.features import key_changes
 
     why = ", ".join(c.removeprefix("hparams.") for c in key_changes(stored, key)[:3])

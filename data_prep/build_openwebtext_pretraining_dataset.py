@@ -36,10 +36,12 @@ from typing import Any
 if __package__ in (None, ""):  # run as a script: make the repository root importable
   sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
-from electra_tf import console  # noqa: E402,I001 -- quiet must run before TensorFlow loads
+from electra_tf import console, early_interrupt  # noqa: E402,I001 -- before TensorFlow loads
 
 if __name__ == "__main__":
-  console.quiet(sys.argv)
+  early_interrupt.install()
+  console.quiet_logs(sys.argv)
+  console.use_tf_keras()
 
 from absl import app, flags, logging  # noqa: E402
 

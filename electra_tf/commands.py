@@ -1,18 +1,15 @@
 """The console scripts of ``pip install -e .`` (``[project.scripts]`` in pyproject.toml).
 
-Each runs one entry point exactly as its ``python`` form does, flags, quiet console and exit
-status included, from any folder:
-
-  electra-pretrain   = python run_pretraining.py
-  electra-finetune   = python run_finetuning.py
-  electra-convert    = python -m electra_tf.convert
-  electra-curves     = python -m electra_tf.learning_curves
-  electra-predict    = python -m electra_tf.predict
+Each runs one entry point exactly as its ``python`` form does (``python run_pretraining.py``,
+``python -m electra_tf.convert``, ...), flags, quiet console and exit status included, from any
+folder. ``COMMANDS`` is the one list: this module's entry functions are made from it, and
+tests/test_commands.py checks that pyproject.toml names each of them and nothing else.
 """
 
 from __future__ import annotations
 
 import runpy
+from collections.abc import Callable
 
 # console script -> the module its ``python`` form runs as ``__main__``
 COMMANDS = {
@@ -22,35 +19,33 @@ COMMANDS = {
   "electra-curves": "electra_tf.learning_curves",
   "electra-predict": "electra_tf.predict",
 }
+PREFIX = "electra-"
 
 
-def _run(module: str) -> None:
-  # runpy rather than importing a main(): the entry points do their own start-up under
-  # ``if __name__ == "__main__"`` (quiet console before TensorFlow loads, flag definitions).
-  runpy.run_module(module, run_name="__main__", alter_sys=True)
+def entry_point(script: str) -> str:
+  """The ``[project.scripts]`` value of ``script``: ``electra-pretrain`` ->
+  ``electra_tf.commands:pretrain``."""
+  return f"{__name__}:{script.removeprefix(PREFIX)}"
 
 
-def pretrain() -> None:
-  """``electra-pretrain``: pre-training (``python run_pretraining.py``)."""
-  _run(COMMANDS["electra-pretrain"])
+def python_form(script: str) -> str:
+  """What ``script`` runs, as typed: ``python run_pretraining.py``, ``python -m
+  electra_tf.convert``."""
+  module = COMMANDS[script]
+  return f"python -m {module}" if "." in module else f"python {module}.py"
 
 
-def finetune() -> None:
-  """``electra-finetune``: fine-tuning (``python run_finetuning.py``)."""
-  _run(COMMANDS["electra-finetune"])
+def _entry(script: str, module: str) -> Callable[[], None]:
+  def run() -> None:
+    # runpy rather than importing a main(): the entry points do their own start-up under
+    # ``if __name__ == "__main__"`` (quiet console before TensorFlow loads, flag definitions).
+    runpy.run_module(module, run_name="__main__", alter_sys=True)
+
+  run.__name__ = run.__qualname__ = script.removeprefix(PREFIX)
+  run.__doc__ = f"``{script}``: ``{python_form(script)}``."
+  return run
 
 
-def convert() -> None:
-  """``electra-convert``: conversion and exports (``python -m electra_tf.convert``)."""
-  _run(COMMANDS["electra-convert"])
-
-
-def curves() -> None:
-  """``electra-curves``: learning curves (``python -m electra_tf.learning_curves``)."""
-  _run(COMMANDS["electra-curves"])
-
-
-def predict() -> None:
-  """``electra-predict``: label a file with a fine-tuned model (``python -m
-  electra_tf.predict``)."""
-  _run(COMMANDS["electra-predict"])
+for _script, _module in COMMANDS.items():
+  globals()[_script.removeprefix(PREFIX)] = _entry(_script, _module)
+del _script, _module

@@ -6,9 +6,11 @@ cpu_feature_guard), absl-formatted log lines and Python warnings are hidden unle
 ``--verbose`` (or absl's ``-v N``, N > 0) is given; the program's own absl records become plain
 progress lines. With ``--verbose`` an error line is preceded by its traceback.
 
-Entry points call ``quiet(argv)`` before importing TensorFlow (the C++ log level is read from
-the environment at import), then ``run(main, prog)`` (absl programs: adds ``--verbose``, one-line
-flag errors) or wrap their work in ``one_line_errors(prog, verbose)`` themselves.
+Entry points start with ``early_interrupt.install()`` (a Ctrl-C while loading is one line),
+then call ``quiet_logs(argv)`` and ``use_tf_keras()`` before importing TensorFlow (it reads the
+C++ log level and the Keras choice from the environment at import), then ``run(main, prog)``
+(absl programs: adds ``--verbose``, one-line flag errors) or wrap their work in
+``one_line_errors(prog, verbose)`` themselves.
 """
 
 from __future__ import annotations
@@ -44,7 +46,7 @@ _ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 _OWN_DIRS = tuple(os.path.join(_ROOT, d) + os.sep for d in ("electra_tf", "data_prep"))
 RULE = "=" * 80
 WIDTH = 100  # a settings block's lines (``wrapped``) stay within this many characters
-_verbose = False  # set by quiet(): whether library logs are shown
+_verbose = False  # set by quiet_logs(): whether library logs are shown
 
 
 def log(message: str = "") -> None:
@@ -59,7 +61,7 @@ def summary(title: str, lines: Sequence[str]) -> None:
 
 
 def is_verbose() -> bool:
-  """Whether ``quiet(argv)`` found ``--verbose`` (library logs shown, fuller output)."""
+  """Whether ``quiet_logs(argv)`` found ``--verbose`` (library logs shown, fuller output)."""
   return _verbose
 
 
@@ -144,7 +146,7 @@ def _own_or_error(record: logging.LogRecord) -> bool:
   return own or record.levelno >= logging.ERROR
 
 
-def quiet(argv: Sequence[str] | None = None) -> bool:
+def quiet_logs(argv: Sequence[str] | None = None) -> bool:
   """Hides library logs unless ``--verbose``; returns whether verbose. Call before TF import.
 
   Quiet: TensorFlow's C++ logs off (``TF_CPP_MIN_LOG_LEVEL=3`` unless the environment sets
@@ -154,13 +156,11 @@ def quiet(argv: Sequence[str] | None = None) -> bool:
   """
   global _verbose
   verbose = _verbose = verbose_requested(argv)
-  early_interrupt.install()
   if verbose:
     os.environ["TF_CPP_MIN_LOG_LEVEL"] = "0"
   else:
     os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
     warnings.filterwarnings("ignore")
-  os.environ.setdefault("TF_USE_LEGACY_KERAS", "1")
   logging.getLogger("tensorflow").setLevel(logging.INFO if verbose else logging.ERROR)
   with contextlib.suppress(ImportError):
     from absl import logging as absl_logging
@@ -171,6 +171,13 @@ def quiet(argv: Sequence[str] | None = None) -> bool:
       handler.setFormatter(_PlainFormatter())
       handler.addFilter(_own_or_error)
   return verbose
+
+
+def use_tf_keras() -> None:
+  """Makes TensorFlow's ``tf.keras`` the tf_keras package (Keras 2), which every model here is
+  written for, unless the environment already chooses (``TF_USE_LEGACY_KERAS``). Call before
+  TensorFlow loads: it reads the choice at import."""
+  os.environ.setdefault("TF_USE_LEGACY_KERAS", "1")
 
 
 class _FdFilter:
@@ -207,7 +214,7 @@ def native_logs_hidden() -> Iterator[None]:
   """Hides the log lines C++ code writes straight to file descriptors 1 and 2 while the block
   runs (absl's ``W0000 ... tf_tfl_flatbuffer_helpers.cc:364] Ignored output_format``, LiteRT's
   ``INFO: Created TensorFlow Lite XNNPACK delegate``), which no log level silences; nothing is
-  hidden after ``quiet(argv)`` with ``--verbose``.
+  hidden after ``quiet_logs(argv)`` with ``--verbose``.
 
   Fatal lines (``F...``) pass at once, so a crash is explained. Other lines (a converter's
   diagnostics) are held: printed when the block ends normally, dropped when it raises (the
@@ -235,7 +242,7 @@ def run(main: Callable[[list[str]], object], prog: str,
   """``absl.app.run(main)`` with a ``--verbose`` flag and one-line errors.
 
   A bad flag, a ``UsageError`` or any exception in ``main`` ends the program with
-  ``<prog>: error: <one line>`` (the traceback first with ``--verbose``). Call ``quiet``
+  ``<prog>: error: <one line>`` (the traceback first with ``--verbose``). Call ``quiet_logs``
   before importing TensorFlow, and this after defining the program's flags.
   """
   from absl import app, flags

@@ -11,10 +11,12 @@ from __future__ import annotations
 
 import sys
 
-from electra_tf import console
+from electra_tf import console, early_interrupt
 
 if __name__ == "__main__":
-  console.quiet(sys.argv)  # before TensorFlow loads
+  early_interrupt.install()
+  console.quiet_logs(sys.argv)  # before TensorFlow loads
+  console.use_tf_keras()
   from electra_tf.interop import conversion
 
   conversion.define_flags()

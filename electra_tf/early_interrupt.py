@@ -1,11 +1,11 @@
 """Ctrl-C outside training: one line and exit status 130, never a traceback.
 
 While a command starts (e.g. the seconds TensorFlow takes to import) nothing has been written
-yet, so a Ctrl-C ends the process at once with its line (`install`, the scripts' first import;
-`console.quiet` calls it too). Once ``main`` runs, `console.one_line_errors` calls `hand_over`:
-a first Ctrl-C raises KeyboardInterrupt, which unwinds (closing files) to its one line, and a
-second one while it unwinds ends the process at once with that line instead of a traceback
-"during handling of the above exception". Training installs its own handlers meanwhile
+yet, so a Ctrl-C ends the process at once with its line (`install`, the first call of every
+entry point, before `console.quiet_logs`). Once ``main`` runs, `console.one_line_errors` calls
+`hand_over`: a first Ctrl-C raises KeyboardInterrupt, which unwinds (closing files) to its one
+line, and a second one while it unwinds ends the process at once with that line instead of a
+traceback "during handling of the above exception". Training installs its own handlers meanwhile
 (`electra_tf/training/interrupt.py`) and puts these back after.
 """
 

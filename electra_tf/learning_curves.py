@@ -17,7 +17,7 @@ import os
 import sys
 from collections.abc import Mapping, Sequence
 
-from electra_tf import atomic_io, console, probing
+from electra_tf import atomic_io, console, early_interrupt, probing
 
 # (tag, label) in plot order; a tag absent from the run is skipped.
 LOSSES = (("total_loss", "total loss"), ("mlm_loss", "generator (MLM) loss"),
@@ -177,5 +177,7 @@ def main(argv: Sequence[str] | None = None) -> None:
 
 
 if __name__ == "__main__":
-  console.quiet(sys.argv)
+  early_interrupt.install()
+  console.quiet_logs(sys.argv)
+  console.use_tf_keras()
   main()

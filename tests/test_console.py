@@ -66,6 +66,32 @@ def test_own_absl_records_become_plain_lines_and_others_are_hidden():
   assert console._own_or_error(record(lib, logging.ERROR))
 
 
+def test_each_start_up_step_does_only_what_its_name_says():
+  # A fresh interpreter: the three steps change process-wide state (SIGINT, environment).
+  code = (
+      "import os, signal\n"
+      "from electra_tf import console, early_interrupt\n"
+      "os.environ.pop('TF_USE_LEGACY_KERAS', None)\n"
+      "default = signal.getsignal(signal.SIGINT)\n"
+      "def state():\n"
+      "  return (signal.getsignal(signal.SIGINT) is default,\n"
+      "          os.environ.get('TF_USE_LEGACY_KERAS'), os.environ.get('TF_CPP_MIN_LOG_LEVEL'))\n"
+      "print(state())\n"
+      "console.quiet_logs(['prog'])\n"
+      "print(state())\n"
+      "console.use_tf_keras()\n"
+      "print(state())\n"
+      "early_interrupt.install()\n"
+      "print(state())\n"
+      "os.environ['TF_USE_LEGACY_KERAS'] = '0'\n"
+      "console.use_tf_keras()\n"
+      "print(state())\n")
+  proc, lines = _run("-c", code, timeout=60)
+  assert proc.returncode == 0, proc.stderr
+  assert lines == ["(True, None, None)", "(True, None, '3')", "(True, '1', '3')",
+                   "(False, '1', '3')", "(False, '0', '3')"]
+
+
 def test_summary_block_and_one_line_errors(capsys):
   console.summary("Summary: model m", ["  a = 1"])
   assert capsys.readouterr().out == f"{console.RULE}\nSummary: model m\n  a = 1\n{console.RULE}\n"

@@ -16,13 +16,13 @@ import tensorflow as tf
 from helpers import pretrain_data, procs
 from helpers.paths import GOLDEN
 
-import run_pretraining as rp
 from electra_tf import console, training
 from electra_tf.config import PretrainingConfig
 from electra_tf.optimization import learning_rate_at
 from electra_tf.pretraining import metrics as metrics_lib
 from electra_tf.pretraining import task
 from electra_tf.pretraining.metrics import metric_statistics, metrics, metrics_from_statistics
+from electra_tf.pretraining.run import train_or_eval
 
 REPO = pathlib.Path(__file__).resolve().parents[1]
 ENV = {**os.environ, "TF_CPP_MIN_LOG_LEVEL": "3", "CUDA_VISIBLE_DEVICES": "-1",
@@ -82,7 +82,7 @@ def _quiet(line):
 def test_each_objective_trains_checkpoints_and_logs_every_tag(pretrain_dir, variant):
   config = PretrainingConfig(variant, str(pretrain_dir), **TINY, **VARIANTS[variant])
   lines = []
-  results = rp.train_or_eval(config, log_fn=lines.append)
+  results = train_or_eval(config, log_fn=lines.append)
   model_dir = pretrain_dir / "models" / variant
   assert training.latest_checkpoint(str(model_dir)) == str(model_dir / "ckpt-2")
   assert (model_dir / "ckpt-1.index").exists()
@@ -107,9 +107,9 @@ def test_each_objective_trains_checkpoints_and_logs_every_tag(pretrain_dir, vari
 
 def test_eval_mode_writes_the_official_streaming_metrics(pretrain_dir):
   hparams = {**TINY, "eval_batch_size": 4, "num_eval_steps": 2}
-  rp.train_or_eval(PretrainingConfig("eval", str(pretrain_dir), **hparams), log_fn=_quiet)
+  train_or_eval(PretrainingConfig("eval", str(pretrain_dir), **hparams), log_fn=_quiet)
   config = PretrainingConfig("eval", str(pretrain_dir), **hparams, do_train=False, do_eval=True)
-  results = rp.train_or_eval(config, log_fn=_quiet)["eval"]
+  results = train_or_eval(config, log_fn=_quiet)["eval"]
   lines = pathlib.Path(config.results_txt).read_text().splitlines()
   written = dict(line.split(" = ") for line in lines)
   assert sorted(written) == sorted(metrics_lib.metric_names(True, 50.0) +
@@ -134,7 +134,7 @@ def test_eval_mode_writes_the_official_streaming_metrics(pretrain_dir):
   # Eval only, starting from that run's TF2 checkpoint: the same weights, step and metrics.
   copy = PretrainingConfig("eval_copy", str(pretrain_dir), **hparams, do_train=False,
                            do_eval=True, init_checkpoint=str(pathlib.Path(config.model_dir)))
-  assert rp.train_or_eval(copy, log_fn=_quiet)["eval"] == results
+  assert train_or_eval(copy, log_fn=_quiet)["eval"] == results
 
 
 def test_streaming_metric_equals_metric_fn_on_all_batches():
@@ -198,8 +198,8 @@ def test_bad_setup_is_a_one_line_error(pretrain_dir, tmp_path):
   with pytest.raises(ValueError, match="no files match .*pretrain_data.tfrecord"):
     task.check_inputs(PretrainingConfig("x", str(tmp_path), vocab_size=n))
   with pytest.raises(ValueError, match="nothing to evaluate: no checkpoint"):
-    rp.train_or_eval(PretrainingConfig("x", str(pretrain_dir), vocab_size=n, do_train=False,
-                                       do_eval=True))
+    train_or_eval(PretrainingConfig("x", str(pretrain_dir), vocab_size=n, do_train=False,
+                                    do_eval=True))
 
   script = str(REPO / "run_pretraining.py")
   for args, message in (

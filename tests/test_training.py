@@ -17,6 +17,7 @@ import pytest
 import tensorflow as tf
 import tf_keras
 from helpers import pretrain_data, procs, toy_train
+from helpers.paths import REPO_ROOT
 
 from electra_tf import training
 from electra_tf.training import checkpoint_files
@@ -258,6 +259,21 @@ def test_mixed_precision_trains(tmp_path, precision):
   assert not any(np.array_equal(b, a) for b, a in zip(before, after, strict=True))
   keys = tf.train.load_checkpoint(str(tmp_path / "ckpt-10")).get_variable_to_shape_map()
   assert any("loss_scale" in k for k in keys) == (precision == "float16")
+
+
+def test_both_training_scripts_take_the_one_strategy_list(tmp_path):
+  """An unknown --distribution_strategy is the same one line from both scripts, naming the
+  names of runtime.STRATEGIES, before any data is read."""
+  from electra_tf.training.runtime import STRATEGIES
+
+  expected = ("flag --distribution_strategy=parameter_server: value should be one of "
+              f"<{'|'.join(STRATEGIES)}>")
+  for script in ("run_pretraining.py", "run_finetuning.py"):
+    proc = subprocess.run([sys.executable, str(REPO_ROOT / script), "--data_dir", str(tmp_path),
+                           "--model_name", "m", "--distribution_strategy=parameter_server"],
+                          env=ENV, capture_output=True, text=True, timeout=120)
+    assert (proc.returncode, proc.stdout) == (1, ""), proc.stderr
+    assert proc.stderr.splitlines() == [f"{script}: error: {expected}"]
 
 
 def test_get_strategy_and_settings_validation():

@@ -16,14 +16,14 @@ a task should make its features probe better than random ones. The method is the
 
 from __future__ import annotations
 
-import os
 import sys
 
-from electra_tf import console  # noqa: I001 -- console.quiet must run before TensorFlow loads
+from electra_tf import console, early_interrupt  # noqa: I001 -- before TensorFlow loads
 
 if __name__ == "__main__":
-  console.quiet(sys.argv)
-os.environ.setdefault("TF_USE_LEGACY_KERAS", "1")
+  early_interrupt.install()
+  console.quiet_logs(sys.argv)
+console.use_tf_keras()
 
 import numpy as np  # noqa: E402
 from absl import app, flags  # noqa: E402

@@ -14,9 +14,19 @@ from official.common import distribute_utils
 
 from electra_tf.training import lost_worker
 
+# The one list of strategy names: get_strategy's and both training scripts' flag.
 STRATEGIES = ("one_device", "mirrored", "multi_worker_mirrored", "tpu")
 MIXED_PRECISION = {None: "float32", "float32": "float32", "bfloat16": "mixed_bfloat16",
                    "float16": "mixed_float16"}
+
+
+def define_strategy_flag(more_help: str = "") -> None:
+  """``--distribution_strategy`` of both training scripts: one of ``STRATEGIES`` in any case
+  (default one_device); any other name is absl's one flag error line, before any work."""
+  from absl import flags
+
+  flags.DEFINE_enum("distribution_strategy", "one_device", STRATEGIES,
+                    f"tf.distribute strategy{more_help}.", case_sensitive=False)
 
 
 def get_strategy(distribution_strategy: str = "one_device", num_gpus: int | None = None,

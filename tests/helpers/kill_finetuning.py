@@ -80,9 +80,11 @@ def install(moment: str, model_name: str) -> None:
 if __name__ == "__main__":
   moment = sys.argv.pop(1)
   sys.path.insert(0, str(REPO))
-  from electra_tf import console
+  from electra_tf import console, early_interrupt
 
-  console.quiet(sys.argv)  # before TensorFlow loads, as run_finetuning.py does
+  early_interrupt.install()
+  console.quiet_logs(sys.argv)  # before TensorFlow loads, as run_finetuning.py does
+  console.use_tf_keras()
   args = sys.argv[1:]
   tasks = json.loads(args[args.index("--hparams") + 1])["task_names"]
   install(moment, ",".join(tasks) + "_model")

@@ -13,9 +13,11 @@ import sys
 REPO = os.path.abspath(os.path.join(os.path.dirname(__file__), "..", ".."))
 sys.path.insert(0, REPO)
 
-from electra_tf import console  # noqa: E402, I001 -- console.quiet must run before TensorFlow loads
+from electra_tf import console, early_interrupt  # noqa: E402, I001 -- before TensorFlow loads
 
-console.quiet(sys.argv)
+early_interrupt.install()
+console.quiet_logs(sys.argv)
+console.use_tf_keras()
 
 import tensorflow as tf  # noqa: E402
 
