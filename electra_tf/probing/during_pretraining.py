@@ -314,6 +314,7 @@ class RunProbe:
             f"({seconds:.1f} s)")
     earlier = [h for h in self.history if h["step"] < step]
     self.state["history"] = earlier + [entry]
+    self.state["num_probes"] = self.num_probes
     if entry["above"] and not any(h["above"] for h in earlier):
       self.log_fn(f"Probe {task}: the mean-pooled features are above random init at step "
                   f"{step}: {verdict.words(entry, self.num_probes)}; pre-training now gives "
