@@ -83,7 +83,7 @@ def test_a_probed_run_killed_and_rerun_logs_draws_and_trains_as_unprobed(data_ro
   out = procs.finish(rerun, timeout=300)
   assert rerun.returncode == 0, out
   lines = out.splitlines()
-  assert "(cached in" in next(line for line in lines if "random init (3 seeds)" in line)
+  assert "(cached in" in next(line for line in lines if "random init (5 seeds)" in line)
   # in its interval's log line
   probe_lines = [line for line in lines if " - probe planted (dev accuracy): [CLS] " in line]
   assert probe_lines and probe_lines[-1].startswith("6/6 = 100.0%")

@@ -46,7 +46,10 @@ from electra_tf.finetuning import registry
 from electra_tf.probing import paired, probe, verdict
 from electra_tf.training import runtime
 
-SEEDS = (1, 2, 3)
+# Five random-init seeds: a draw is sometimes clearly better than another on the same rows, so
+# beating fewer seeds says too little. Against seeds 1-3 random-init draws came out "above" at
+# 0.05 in 4 of 80 runs, against 1-5 in 1 of 80 (benchmarks/bench_probe_null.py, the demo's task).
+SEEDS = (1, 2, 3, 4, 5)
 MIN_TRAIN_ROWS = 20  # the ridge penalty is chosen on a fifth of them
 MIN_DEV_ROWS = 10
 MAX_UNKNOWN = 0.10  # fraction of a task's WordPieces that may be [UNK]
