@@ -96,7 +96,7 @@ def test_a_probed_run_killed_and_rerun_logs_draws_and_trains_as_unprobed(data_ro
   state = json.loads((model_dir / "probe" / "planted.json").read_text())
   assert [h["step"] for h in state["history"]] == [2, 4, 6]
   reference = dp.reference_from(state["reference"])
-  assert [len(seed) for seed in reference.losses] == [30] * 3  # per dev row, each seed
+  assert [len(seed) for seed in reference.losses] == [30] * 5  # per dev row, each seed
   assert curves["probe/planted/random_init"][-1][1] == pytest.approx(reference.value)
   assert curves["probe/planted/random_init_spread"][-1][1] == pytest.approx(reference.spread)
   assert curves["probe/planted/mean"][-1][1] == pytest.approx(state["history"][-1]["mean"])
