@@ -7,7 +7,8 @@ It reads the pre-training eval (``models/demo/results/unsup_results.txt``), the 
 (``models/demo/probe/topic.json``: each probe's paired verdict against random init, see
 ``electra_tf/probing/verdict.py``), the fine-tuning results, the int8 model and its predictions
 on the new sentences. Its closing sentence says what those measured, nothing else: whether the
-last probe was above random init and in how many probes, the fine-tuned median against chance,
+last probe was above random init, below it (its interval under zero) or neither, in how many
+probes it was above, the fine-tuned median against chance,
 and how many new sentences the int8 model gave the package they were written for.
 """
 
@@ -43,6 +44,10 @@ def closing(state: Mapping[str, Any], median: float, num_labels: int, matched: i
   last, above = history[-1], sum(h["above"] for h in history)
   if last["above"]:
     probe = (f"After {last['step']} steps of pre-training the frozen features carry more of "
+             f"'topic' than random-init ones\n  (mean-pooled probe {verdict.interval(last)}, "
+             f"above random init in {above} of {len(history)} probes)")
+  elif last["high"] < 0:  # the whole interval below zero: worse than random init
+    probe = (f"After {last['step']} steps of pre-training the frozen features carry less of "
              f"'topic' than random-init ones\n  (mean-pooled probe {verdict.interval(last)}, "
              f"above random init in {above} of {len(history)} probes)")
   else:

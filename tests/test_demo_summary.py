@@ -74,3 +74,13 @@ def test_no_probe_above_says_the_features_read_like_random_ones(tmp_path):
           "[-0.") in out
   assert "above random init in 0 of 3 probes); fine-tuned" in out
   assert "total wall time: 40 s" in out
+
+
+def test_a_last_probe_below_random_init_says_less(tmp_path):
+  history = [_probe(100, 30, 10), _probe(200, 5, 60)]
+  assert history[-1]["high"] < 0
+  said = demo_summary.summary_lines(str(_demo_dir(tmp_path, history)), ".venv", 1,
+                                    [10, 20, 3, 40])[-2]
+  assert said.startswith("  After 200 steps of pre-training the frozen features carry less of "
+                         "'topic' than random-init ones\n  (mean-pooled probe -0.143 [-0.")
+  assert "above random init in 1 of 2 probes)" in said
