@@ -7,8 +7,8 @@ text, side by side in one process: one without the probe, one with ``--probe_tas
 500) probing every ``--steps / 2`` steps. It times the training steps of both (after the first
 log interval, which traces the step) and each probe of the second (encoding the rows with the
 run's discriminator, choosing the ridge penalty, fitting, scoring), and the random-init
-reference computed once before the run (3 seeds). The last line is the probe's share of the
-training time at the defaults: one probe every ``--probe_every`` (1000) steps.
+reference computed once before the run (``during_pretraining.SEEDS``). The last line is the
+probe's share of the training time at the defaults: one probe every ``--probe_every`` (1000) steps.
 
   python benchmarks/bench_probe.py [--data_dir=../shared/data] [--steps=6]
 """
@@ -55,7 +55,7 @@ class Timed:
     def call(step, logged):
       start = time.perf_counter()
       hook(step, logged)
-      if self.probe.history and self.probe.history[-1][0] == step:
+      if self.probe.history and self.probe.history[-1]["step"] == step:
         self.probe_seconds.append(time.perf_counter() - start)
     return call
 
@@ -117,7 +117,7 @@ def main() -> None:
         "(its probes' own time left out)")
   print("probe: " + ", ".join(f"{s:.2f} s" for s in probed.probe_seconds)
         + f" (first one traces the encoder); random-init reference once before step 1: "
-        f"{reference_seconds:.1f} s (3 seeds, reading the task included)")
+        f"{reference_seconds:.1f} s ({len(dp.SEEDS)} seeds, reading the task included)")
   walls = [t.ticks[-1][1] - t.ticks[0][1] for t in (plain, probed)]
   print(f"steps {half + 1}-{2 * half} took {walls[0]:.1f} s without the probe, {walls[1]:.1f} s "
         f"with it (its probe at step {half} included)")

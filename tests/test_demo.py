@@ -119,10 +119,15 @@ def test_tiny_demo_runs_end_to_end_quietly(tmp_path):
   # The probe of 'topic' during pre-training: every STEPS/8 = 1 step, i.e. at each log line
   # (LOG_EVERY 2); its last one summarised.
   probe = json.loads((demo_dir / "models/demo/probe/topic.json").read_text())
-  assert [h[0] for h in probe["history"]] == [2, 4, 6, 8, 10]
-  step, cls, mean = probe["history"][-1]
-  assert (f"probe of 'topic' (a linear read-out of the frozen features) at step {step}: "
-          f"[CLS] {cls:.3f}, mean {mean:.3f};") in final
-  assert "docs/transfer.md" in final and "total wall time: " in final
+  assert [h["step"] for h in probe["history"]] == [2, 4, 6, 8, 10]
+  assert probe["num_probes"] == 10  # every STEPS/8 = 1 step: one per step planned
+  last = probe["history"][-1]
+  assert (f"probe of 'topic' (a linear read-out of the frozen features) at step {last['step']}: "
+          f"[CLS] {last['cls']:.3f}, mean {last['mean']:.3f};") in final
+  # the closing sentence: this run's verdict, median and int8 labels, nothing else
+  above = sum(h["above"] for h in probe["history"])
+  assert f"above random init in {above} of 5 probes); fine-tuned, 'topic' reaches" in final
+  assert "edge past" not in final and "scores higher" not in final
+  assert "docs/demo.md." in final and "total wall time: " in final
   assert lines[-1] == console.RULE
   assert [line for line in lines if console.LOG_LINE.match(line)] == []

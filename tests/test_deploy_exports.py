@@ -245,11 +245,44 @@ def test_keras_hub_preset_loads_offline_and_matches_encoder(exported, reference_
   measured = exported["result"]["keras_hub_difference"]  # convert's own, on rte's dev rows
   assert measured["inputs"] == "32 rte dev rows"
   assert 0 < measured["max"] <= KERAS_HUB_TOLERANCE
+  # ... and the preset carries it: its metadata.json, keras-hub's own fields kept
+  metadata = json.loads((exported["out"] / "keras_hub" / "metadata.json").read_text())
+  assert metadata["keras_hub_version"] and metadata["parameter_count"] > 0
+  gelu = metadata["electra_tf"]["gelu"]
+  assert (gelu["keras_hub"], gelu["electra"]) == ("tanh approximation", "exact (erf)")
+  assert gelu["sequence_output_max_abs_difference"] == measured["max"]
+  assert gelu["measured_on"] == "32 rte dev rows"
   np.testing.assert_allclose(theirs["pooled_output"], np.tanh(ours[:, 0]), atol=1e-4)
   tokenizer = tokenization.FullTokenizer(str(reference_dir / "vocab.txt"), True)
   for text, ids in zip(texts, theirs["token_ids"], strict=True):
     want = tokenizer.convert_tokens_to_ids(tokenizer.tokenize(str(text)))
     assert [i for i in ids if i >= 0] == want, text
+
+
+def test_the_gelu_difference_is_written_into_the_preset_metadata(tmp_path):
+  """note_differences: the GELU forms (and a measured difference) in metadata.json beside
+  keras-hub's fields; written when there is no metadata.json yet; a damaged one is one line."""
+  from electra_tf.interop import keras_hub_export as khe
+
+  (tmp_path / "metadata.json").write_text(json.dumps({"keras_hub_version": "0.32.0"}))
+  khe.note_differences(str(tmp_path))
+  metadata = json.loads((tmp_path / "metadata.json").read_text())
+  assert metadata["keras_hub_version"] == "0.32.0"
+  assert metadata["electra_tf"] == {
+      "gelu": {"keras_hub": "tanh approximation", "electra": "exact (erf)",
+               "note": khe.GELU_NOTE},
+      "pooled_output": khe.POOLED_NOTE}
+  khe.note_differences(str(tmp_path), {"max": 3.2e-4, "inputs": "32 topic dev rows"})
+  gelu = json.loads((tmp_path / "metadata.json").read_text())["electra_tf"]["gelu"]
+  assert (gelu["sequence_output_max_abs_difference"], gelu["measured_on"]) == (
+      3.2e-4, "32 topic dev rows")
+  fresh = tmp_path / "fresh"
+  fresh.mkdir()
+  khe.note_differences(str(fresh))
+  assert "gelu" in json.loads((fresh / "metadata.json").read_text())["electra_tf"]
+  (fresh / "metadata.json").write_text("{")
+  with pytest.raises(ValueError, match=r"metadata\.json: not JSON"):
+    khe.note_differences(str(fresh))
 
 
 def test_litert_failure_names_the_op(tmp_path):
@@ -349,3 +382,5 @@ def test_keras_hub_preset_of_pretraining_model(reference_dir, tmp_path):
   diff = np.abs(theirs - g["clean_disc_sequence_output"]).max()
   print(f"keras-hub sequence_output vs official: max |diff| {diff:.2e}")
   assert 0 < diff <= KERAS_HUB_TOLERANCE
+  note = json.loads((out / "keras_hub" / "metadata.json").read_text())["electra_tf"]["gelu"]
+  assert note["sequence_output_max_abs_difference"] == result["keras_hub_difference"]["max"]

@@ -17,7 +17,9 @@ Two differences from our encoder, both in keras-hub's fixed architecture:
 - its feed-forward uses the tanh approximation of GELU where ELECTRA uses the exact erf form
   (keras-hub 0.32's ``ElectraBackbone`` hard-codes it and takes no activation argument), so
   ``sequence_output`` differs slightly: ``measure_difference`` measures it on the exported
-  model at export time (convert prints it);
+  model at export time (convert prints it), and ``note_differences`` writes both differences,
+  with the measured one, into the preset's ``metadata.json`` under ``"electra_tf"``, so the
+  preset carries them wherever it is copied;
 - it has a ``pooled_dense`` (tanh) layer that ELECTRA lacks: it is written as the identity, so
   ``pooled_output`` = tanh(the [CLS] vector); ``sequence_output[:, 0]`` is ELECTRA's [CLS]
   vector.
@@ -29,16 +31,26 @@ without ``TF_USE_LEGACY_KERAS``.
 
 from __future__ import annotations
 
+import json
 import os
 from collections.abc import Mapping
 from typing import Any
 
 import numpy as np
 
+from electra_tf import atomic_io
+
 KERAS_HUB_DIR = "keras_hub"
 MISSING = ("keras-hub is not installed: pip install keras-hub (requirements.txt pins it) "
            "to write the keras_hub/ preset")
 
+METADATA_FILE = "metadata.json"  # keras-hub's, written by its savers
+NOTE_KEY = "electra_tf"  # our field in it
+GELU_NOTE = ("keras-hub's ElectraBackbone computes GELU by its tanh approximation; ELECTRA, "
+             "which trained these weights, computes it exactly (erf): sequence_output differs "
+             "slightly from the original model's")
+POOLED_NOTE = ("pooled_dense is the identity: pooled_output = tanh(the [CLS] vector); "
+               "ELECTRA has no pooler, sequence_output[:, 0] is its [CLS] vector")
 _SCOPE = "electra"
 # our TF1 layer scope -> keras-hub sublayer of transformer_layer_<i>
 _LAYER_PARTS = {
@@ -152,7 +164,29 @@ def export_preset(tf1_prefix: str, out_dir: str, num_heads: int, vocab_file: str
                                                   lowercase=bool(do_lower_case),
                                                   strip_accents=bool(do_lower_case))
     tokenizer.save_to_preset(out_dir)
+  note_differences(out_dir)
   return out_dir
+
+
+def note_differences(preset_dir: str, measured: Mapping[str, Any] | None = None) -> None:
+  """Writes ``GELU_NOTE`` and ``POOLED_NOTE`` into ``<preset_dir>/metadata.json`` (its
+  ``"electra_tf"`` field; keras-hub's own fields are kept) and, when given, the measured
+  difference (``{"max": max |difference|, "inputs": what it was measured on}``)."""
+  path = os.path.join(preset_dir, METADATA_FILE)
+  try:
+    with open(path, encoding="utf-8") as f:
+      metadata = json.load(f)
+  except FileNotFoundError:
+    metadata = {}
+  except ValueError as e:
+    raise ValueError(f"{path}: not JSON ({e})") from None
+  gelu: dict[str, Any] = {"keras_hub": "tanh approximation", "electra": "exact (erf)",
+                          "note": GELU_NOTE}
+  if measured is not None:
+    gelu["sequence_output_max_abs_difference"] = float(measured["max"])
+    gelu["measured_on"] = str(measured["inputs"])
+  metadata[NOTE_KEY] = {"gelu": gelu, "pooled_output": POOLED_NOTE}
+  atomic_io.write_json(path, metadata, indent=4)
 
 
 def sample_inputs(tasks: list, vocab_size: int, max_length: int, rows: int = 32

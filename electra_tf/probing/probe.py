@@ -31,10 +31,16 @@ from electra_tf.finetuning.builtin.classification import ClassificationTask, Reg
 from electra_tf.finetuning.scorers import pearson
 from electra_tf.modeling.bert_config import BertConfig
 from electra_tf.modeling.encoder import Transformer
+from electra_tf.probing import paired
 from electra_tf.probing import ridge as ridge_lib
 from electra_tf.training.runtime import set_seed
 
 POOLINGS = ("cls", "mean")
+# The pooling the verdict against random init reads, fixed before any run was looked at: the
+# discriminator is trained on every token and on no sentence-level objective, so nothing trains
+# its [CLS] vector to summarise a row, while the mean reads every token it was trained on.
+# [CLS] is reported beside it, never chosen after the fact.
+VERDICT_POOLING = "mean"
 
 
 @dataclasses.dataclass(frozen=True)
@@ -225,6 +231,21 @@ def score(features: Callable[[Split], dict[str, np.ndarray]], rows: ProbeRows,
           ridge: float | None = None) -> dict[str, float]:
   """Feature name -> dev metric of a ridge read-out fitted on the train rows' features
   (``ridge`` None: the penalty is chosen on a split of the train rows)."""
+  return evaluate(features, rows, ridge)[0]
+
+
+def evaluate(features: Callable[[Split], dict[str, np.ndarray]], rows: ProbeRows,
+             ridge: float | None = None) -> tuple[dict[str, float], np.ndarray]:
+  """``score``'s dev metrics and the per-row dev losses of the ``VERDICT_POOLING`` read-out
+  (``paired.row_losses``): what the paired verdict against random init compares."""
   train, dev = features(rows.train), features(rows.dev)
-  return {k: ridge_lib.probe_score(train[k], rows.train.labels, dev[k], rows.dev.labels,
-                                   rows.metric, rows.num_classes, ridge) for k in train}
+  scores, losses = {}, None
+  for k in train:
+    predictions = ridge_lib.probe_predictions(train[k], rows.train.labels, dev[k],
+                                              rows.num_classes, rows.metric, ridge)
+    scores[k] = float(rows.metric(rows.dev.labels, predictions))
+    if k == VERDICT_POOLING:
+      losses = paired.row_losses(rows.dev.labels, predictions, rows.num_classes is not None)
+  if losses is None:
+    losses = np.zeros(0)
+  return scores, losses

@@ -99,16 +99,23 @@ def choose_ridge(x: np.ndarray, y: np.ndarray, num_classes: int | None, metric: 
   return best
 
 
-def probe_score(train_x: np.ndarray, train_y: np.ndarray, dev_x: np.ndarray, dev_y: np.ndarray,
-                metric: Metric, num_classes: int | None,
-                ridge: float | None = None) -> float:
-  """Dev ``metric`` of a ridge read-out fitted on every training row; ``ridge`` None: chosen
-  by ``choose_ridge`` on the training rows."""
+def probe_predictions(train_x: np.ndarray, train_y: np.ndarray, dev_x: np.ndarray,
+                      num_classes: int | None, metric: Metric,
+                      ridge: float | None = None) -> np.ndarray:
+  """Dev predictions of a ridge read-out fitted on every training row; ``ridge`` None: chosen
+  by ``choose_ridge`` (with ``metric``) on the training rows."""
   with one_blas_thread():
     if ridge is None:
       ridge = choose_ridge(train_x, train_y, num_classes, metric)
-    readout = fit(train_x, train_y, ridge, num_classes)
-    return float(metric(dev_y, readout.predict(dev_x)))
+    return fit(train_x, train_y, ridge, num_classes).predict(dev_x)
+
+
+def probe_score(train_x: np.ndarray, train_y: np.ndarray, dev_x: np.ndarray, dev_y: np.ndarray,
+                metric: Metric, num_classes: int | None,
+                ridge: float | None = None) -> float:
+  """Dev ``metric`` of ``probe_predictions``."""
+  return float(metric(dev_y, probe_predictions(train_x, train_y, dev_x, num_classes, metric,
+                                               ridge)))
 
 
 def accuracy(labels: np.ndarray, predictions: np.ndarray) -> float:
