@@ -206,7 +206,12 @@ class CheckpointKeeper:
       notes += [f"Removed {p}, left by a save that was interrupted"
                 for p in remove_stale_temp_dirs(self.model_dir)]
       input_state.prune(self.model_dir, set(map(step_of, complete_checkpoints(self.model_dir))))
-    check_model_dir(self.save_dir, bytes_per_checkpoint)
+    try:
+      check_model_dir(self.save_dir, bytes_per_checkpoint)
+    except ModelDirError:
+      if self.is_chief:
+        folder_lock.release(self.model_dir)  # the run ends here, having written nothing
+      raise
     if self.is_chief:
       repaired = repair_state_file(self.model_dir)
       if repaired:
