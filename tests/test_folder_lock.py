@@ -110,3 +110,19 @@ def test_a_takeover_in_progress_elsewhere_is_not_joined(tmp_path, monkeypatch):
   with pytest.raises(folder_lock.FolderLockedError, match=r"\.takeover stayed unreadable or busy"):
     folder_lock.acquire(str(tmp_path / "run"))
   assert json.loads(path.read_text())["token"] == "other"
+
+
+def test_restart_does_not_move_a_folder_another_run_uses(tmp_path):
+  from electra_tf.training import restart
+
+  model_dir = tmp_path / "run"
+  parent = os.getppid()
+  _lock(model_dir, pid=parent, start=folder_lock._proc_start(parent))
+  (model_dir / "checkpoint").write_text('model_checkpoint_path: "ckpt-1"\n')
+  with pytest.raises(folder_lock.FolderLockedError, match="is in use by another run"):
+    restart.move_aside(str(model_dir))
+  assert (model_dir / "checkpoint").exists()
+  (model_dir / folder_lock.LOCK_NAME).unlink()  # that run ended, releasing it
+  assert restart.move_aside(str(model_dir)) == f"{model_dir}.before-restart-1"
+  assert not (tmp_path / "run.before-restart-1" / folder_lock.LOCK_NAME).exists()
+  assert not [p for p in folder_lock.held() if p.startswith(str(model_dir))]
