@@ -126,3 +126,20 @@ def test_restart_does_not_move_a_folder_another_run_uses(tmp_path):
   assert restart.move_aside(str(model_dir)) == f"{model_dir}.before-restart-1"
   assert not (tmp_path / "run.before-restart-1" / folder_lock.LOCK_NAME).exists()
   assert not [p for p in folder_lock.held() if p.startswith(str(model_dir))]
+
+
+def test_a_ctrl_c_stop_releases_the_lock(tmp_path):
+  model_dir = tmp_path / "run"
+  proc = _toy(model_dir, "--num_train_steps", "100000", "--step_sleep", "0.02")
+  try:
+    _wait_for(lambda: list(model_dir.glob("ckpt-10.index")), proc)
+    assert (model_dir / folder_lock.LOCK_NAME).exists()
+    proc.send_signal(signal.SIGINT)
+    out, err = proc.communicate(timeout=120)
+  finally:
+    if proc.poll() is None:
+      proc.kill()
+      proc.communicate()
+  assert proc.returncode == 128 + signal.SIGINT, (out, err)
+  assert "interrupted at step" in err
+  assert not (model_dir / folder_lock.LOCK_NAME).exists()

@@ -251,6 +251,9 @@ def run_finetuning(config: FinetuningConfig, strategy: tf.distribute.Strategy | 
   tasks = registry.build_tasks(config, use_tfds)  # bad names / folders fail before any output
   check_init_checkpoint(config)
   run_settings.check_settings(config)  # before any cache is built
+  note = folder_lock.acquire(f"{config.model_dir}_trials")  # the run's lock: all its folders
+  if note:
+    log(note)
   log("\n".join(run_settings.settings_lines(config, tasks,
                                             run_settings.write_full_config(config))))
   strategy = strategy or training.get_strategy("one_device")
@@ -261,9 +264,6 @@ def run_finetuning(config: FinetuningConfig, strategy: tf.distribute.Strategy | 
     for task in tasks:                     # not after training; the features are cached
       for split in task.get_dev_splits():
         preprocessor.prepare([task], split, is_training=False)
-  note = folder_lock.acquire(f"{config.model_dir}_trials")  # the run's lock: all its folders
-  if note:
-    log(note)
   book = TrialBook(config, preprocessor) if config.do_train else None
   if book is not None:
     book.reject_other_settings()
