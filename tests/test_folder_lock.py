@@ -143,3 +143,30 @@ def test_a_ctrl_c_stop_releases_the_lock(tmp_path):
   assert proc.returncode == 128 + signal.SIGINT, (out, err)
   assert "interrupted at step" in err
   assert not (model_dir / folder_lock.LOCK_NAME).exists()
+
+
+_STARTER = """
+import sys, time
+from electra_tf import folder_lock
+time.sleep(max(0.0, float(sys.argv[2]) - time.time()))  # all start at once
+try:
+  folder_lock.acquire(sys.argv[1])
+  print("got", flush=True)
+  time.sleep(3)
+except folder_lock.FolderLockedError:
+  print("refused", flush=True)
+"""
+
+
+@pytest.mark.parametrize("dead_holder", [False, True])
+def test_of_runs_starting_at_once_exactly_one_gets_the_lock(tmp_path, dead_holder):
+  folder = tmp_path / "run"
+  if dead_holder:
+    _lock(folder, pid=2**22 + 1)
+  at = time.time() + 1.5
+  starters = [subprocess.Popen([sys.executable, "-c", _STARTER, str(folder), str(at)],
+                               cwd=pathlib.Path(__file__).parent.parent, stdout=subprocess.PIPE,
+                               stderr=subprocess.STDOUT, text=True) for _ in range(6)]
+  said = sorted(procs.finish(p).strip() for p in starters)
+  assert said == ["got"] + ["refused"] * 5, said
+  assert not (folder / folder_lock.LOCK_NAME).exists()  # released at exit
