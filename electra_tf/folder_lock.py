@@ -15,7 +15,8 @@ only if the lock still is the dead holder's: of two starters, one takes it over 
 is refused. The lock is released (deleted, if it still is this process's) at the process's
 normal exit, on an error, on a stop by SIGINT / SIGTERM (`release_all`, also before the
 at-once exit of a multi-worker stop); a SIGKILL or a second Ctrl-C leaves it, and the next run
-on this host takes it over.
+on this host takes it over. A process that trains in a folder and goes on (a notebook, a
+library caller) holds its lock until it exits or calls `release(folder)`.
 
 Remote folders (`gs://` ...) have no exclusive create through `tf.io.gfile`: the lock is
 written when absent and read back, so a run started while another one holds it is refused,
@@ -245,6 +246,8 @@ def _acquire_remote(folder: str, path: str) -> str | None:
 
 
 def _hold(path: str) -> None:
+  if "://" not in path:
+    atomic_io.remove_leftovers(path)  # the temporary lock files of killed starters
   if not _at_exit:
     atexit.register(release_all)
     _at_exit.append(True)
