@@ -120,7 +120,9 @@ def _temp_name(path: str) -> str:
 
 
 def _writer_alive(suffix: str) -> bool:
-  """True when the temp name's process id (``<pid>-...``) is another live process here."""
+  """True when the temp name's process id (``<pid>-...``) is another live process here. A
+  process id says nothing about another host's writer: a model folder's leftovers are safe to
+  remove only because its writers hold its lock (folder_lock.py)."""
   pid = suffix.split("-", 1)[0]
   if not pid.isdigit() or int(pid) == os.getpid():
     return False
