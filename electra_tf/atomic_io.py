@@ -2,21 +2,32 @@
 
 Every writer here writes a hidden temporary sibling (``.<name>.tmp-<id>``) and renames it into
 place, so a kill or an error leaves the old content (or nothing) and at worst a hidden
-leftover, which the next successful write of the same name removes. The final file gets the
+leftover, which the next successful write of the same name removes (a leftover whose process
+still runs on this host is kept; another host's writer cannot be told apart, so the folders a
+training run writes are cleaned only under its lock, see folder_lock.py). The final file gets the
 mode the umask gives a newly created file (``tempfile.mkstemp`` alone would leave 0600, and a
 shared model would not be readable by another account). Local paths use ``os``; other file
 systems (``gs://`` ...) go through ``tf.io.gfile``.
+
+Durable on local paths, the way databases commit: the temporary file (every file of a staged
+folder, and the folder) is fsynced before the rename, and the parent folder after it, so once a
+write returns, a power cut leaves the new content; before that, the old one. Not promised:
+remote file systems (``tf.io.gfile`` has no fsync: a bucket's write is durable when it returns,
+by the service's word), and a disk or virtual disk that acknowledges an fsync it did not
+perform.
 
     write_text(path, text); write_bytes(path, data); write_json(path, obj)
     with temp_path(path) as tmp: library_that_writes_a_file(tmp)   # e.g. safetensors, PNG
     with staged_dir(output_dir) as stage: write files into stage   # replaces it whole
     with scratch_dir(path) as tmp: write several files, then move them into place
     remove_tree(path); move_aside(path)   # a folder gone whole; kept under another name
+    fsync_file(path); fsync_dir(folder); fsync_tree(folder)   # for other writers' files
 """
 
 from __future__ import annotations
 
 import contextlib
+import errno
 import json
 import os
 import shutil
@@ -67,13 +78,51 @@ def umask_mode(directory: bool = False) -> int:
   return (0o777 if directory else 0o666) & ~_umask()
 
 
+def fsync_file(path: str) -> None:
+  """Flushes a local file's content to the disk (no-op on remote paths)."""
+  if _remote(path):
+    return
+  fd = os.open(path, os.O_RDONLY)
+  try:
+    os.fsync(fd)
+  finally:
+    os.close(fd)
+
+
+def fsync_dir(path: str) -> None:
+  """Flushes a local folder's entries (names created, renamed, removed) to the disk; a file
+  system that cannot fsync a folder (EINVAL) is skipped. No-op on remote paths."""
+  if _remote(path):
+    return
+  fd = os.open(path or ".", os.O_RDONLY | getattr(os, "O_DIRECTORY", 0))
+  try:
+    os.fsync(fd)
+  except OSError as e:
+    if e.errno not in (errno.EINVAL, errno.ENOTSUP, errno.EBADF):
+      raise
+  finally:
+    os.close(fd)
+
+
+def fsync_tree(path: str) -> None:
+  """fsyncs every file under a local folder, then each folder, deepest first."""
+  if _remote(path):
+    return
+  for root, _, files in os.walk(path, topdown=False):
+    for name in files:
+      fsync_file(os.path.join(root, name))
+    fsync_dir(root)
+
+
 def _temp_name(path: str) -> str:
   parent, name = os.path.split(path)
   return os.path.join(parent, f".{name}{_TMP}{os.getpid()}-{uuid.uuid4().hex[:8]}")
 
 
 def _writer_alive(suffix: str) -> bool:
-  """True when the temp name's process id (``<pid>-...``) is another live process here."""
+  """True when the temp name's process id (``<pid>-...``) is another live process here. A
+  process id says nothing about another host's writer: a model folder's leftovers are safe to
+  remove only because its writers hold its lock (folder_lock.py)."""
   pid = suffix.split("-", 1)[0]
   if not pid.isdigit() or int(pid) == os.getpid():
     return False
@@ -125,8 +174,10 @@ def temp_path(path: str) -> Iterator[str]:
     if _remote(path):
       _gfile().rename(tmp, path, overwrite=True)
     else:
+      fsync_file(tmp)
       os.chmod(tmp, umask_mode())
       os.replace(tmp, path)
+      fsync_dir(os.path.dirname(path))
   except BaseException:
     with contextlib.suppress(Exception):
       if _remote(path):
@@ -181,10 +232,12 @@ def staged_dir(output_dir: str) -> Iterator[str]:
     with contextlib.suppress(Exception):
       fs.rmtree(stage)
     raise
+  fsync_tree(stage)
   old = _temp_name(output_dir)  # also a leftover pattern: a kill between the renames is cleaned
   if fs.exists(output_dir):
     fs.rename(output_dir, old)
   fs.rename(stage, output_dir)
+  fsync_dir(parent)
   remove_leftovers(output_dir)
 
 

@@ -26,7 +26,7 @@ import traceback
 import warnings
 from collections.abc import Callable, Iterator, Sequence
 
-from electra_tf import early_interrupt
+from electra_tf import early_interrupt, folder_lock
 
 # A line written by TensorFlow's C++ logging or by absl (C++ or Python):
 # "2026-01-01 12:00:00.123456: I tensorflow/...", "I0000 00:00:17... file.cc:12] ...",
@@ -319,6 +319,7 @@ def one_line_errors(prog: str, verbose: bool = False) -> Iterator[None]:
 def _exit_at_once(status: int) -> None:
   """Ends the process with ``status`` once its output is flushed, skipping interpreter
   teardown (see one_line_errors)."""
+  folder_lock.release_all()  # atexit handlers do not run: the model folder's lock is freed
   sys.stdout.flush()
   sys.stderr.flush()
   logging.shutdown()

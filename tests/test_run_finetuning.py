@@ -4,6 +4,7 @@ train a few steps, evaluate, write results / weights / test outputs; bad input e
 import json
 import os
 import pickle
+import socket
 import subprocess
 import sys
 
@@ -12,6 +13,7 @@ import pytest
 import tensorflow as tf
 
 import run_finetuning as rf
+from electra_tf import folder_lock
 from electra_tf.config import FinetuningConfig
 from electra_tf.finetuning import outputs, registry
 from electra_tf.finetuning.builtin import tfds_glue
@@ -163,6 +165,8 @@ def test_trials_median_reuse_and_eval_only(data_root, vocab_file, tmp_path):
     assert record["median"]["rte"][metric] == pytest.approx(want)
   assert not os.path.exists(config.model_dir + "_1")
   assert tf.train.latest_checkpoint(config.model_dir + "_2")
+  for folder in ("_trials", "_2"):  # the run's and the trial's locks are released
+    assert not os.path.exists(os.path.join(config.model_dir + folder, folder_lock.LOCK_NAME))
   train_file = tmp_path / "tfrecords" / "rte_train.tfrecord"
   mtime = os.path.getmtime(train_file)
 
@@ -172,6 +176,26 @@ def test_trials_median_reuse_and_eval_only(data_root, vocab_file, tmp_path):
   os.rename(config.model_dir + "_2", config.model_dir + "_1")
   assert rf.run_finetuning(again) == [results[1]]
   assert os.path.getmtime(train_file) == mtime  # cached features reused
+
+
+def test_a_second_run_on_the_same_model_dir_is_refused(data_root, vocab_file, tmp_path):
+  config = _config(data_root, vocab_file, task_names=["rte"], num_trials=2,
+                   preprocessed_data_dir=str(tmp_path / "tfrecords"),
+                   model_dir=str(tmp_path / "rte_model"))
+  lock = os.path.join(config.model_dir + "_trials", folder_lock.LOCK_NAME)
+  os.makedirs(os.path.dirname(lock))
+  holder = {"host": socket.gethostname(), "pid": os.getppid(),
+            "start": folder_lock._proc_start(os.getppid()), "since": "2026-01-02 03:04:05 UTC",
+            "command": "python run_finetuning.py x", "token": "other"}
+  with open(lock, "w") as f:
+    json.dump(holder, f)
+  with pytest.raises(folder_lock.FolderLockedError) as err:
+    rf.run_finetuning(config)
+  assert str(err.value) == (
+      f"{config.model_dir}_trials is in use by another run (host {socket.gethostname()}, pid "
+      f"{os.getppid()}, since 2026-01-02 03:04:05 UTC, command: python run_finetuning.py x); "
+      "wait for it to end or stop it")
+  assert not os.path.exists(config.model_dir + "_1")  # no trial touched
 
 
 @pytest.mark.slow

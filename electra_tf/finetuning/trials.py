@@ -16,6 +16,10 @@ Finished work is kept, whatever stopped a run (a signal, SIGKILL, a crash, a pow
   identity of ``init_checkpoint`` and the trial's seed. A folder or record made with other
   settings is moved aside to ``<name>.rejected-<n>``, never deleted, with one line naming what
   changed; its trial starts afresh.
+- One run at a time: the run holds the lock ``<model_dir>_trials/.run.lock`` (folder_lock.py)
+  from before it reads or moves any trial's folder or record until it ends; each trial's
+  training also holds its folder's own lock. A second run with the same ``model_dir`` is
+  refused in one line naming the first.
 """
 
 from __future__ import annotations
@@ -28,7 +32,7 @@ from typing import Any
 import tensorflow as tf
 import tf_keras
 
-from electra_tf import atomic_io, checkpoints, training
+from electra_tf import atomic_io, checkpoints, folder_lock, training
 from electra_tf.config import FinetuningConfig
 from electra_tf.console import error_line, log
 from electra_tf.finetuning import outputs, registry, run_settings
@@ -247,6 +251,9 @@ def run_finetuning(config: FinetuningConfig, strategy: tf.distribute.Strategy | 
   tasks = registry.build_tasks(config, use_tfds)  # bad names / folders fail before any output
   check_init_checkpoint(config)
   run_settings.check_settings(config)  # before any cache is built
+  note = folder_lock.acquire(f"{config.model_dir}_trials")  # the run's lock: all its folders
+  if note:
+    log(note)
   log("\n".join(run_settings.settings_lines(config, tasks,
                                             run_settings.write_full_config(config))))
   strategy = strategy or training.get_strategy("one_device")
@@ -274,6 +281,7 @@ def run_finetuning(config: FinetuningConfig, strategy: tf.distribute.Strategy | 
                            trial_seed(config.seed, trial))
       record = run_trial(book, runner, trial, title, use_tfds)
       del runner
+      folder_lock.release(model_dir)  # taken by the trial's training
       tf_keras.backend.clear_session()
     if config.do_eval:
       results.append(record["dev_results"])
@@ -286,4 +294,5 @@ def run_finetuning(config: FinetuningConfig, strategy: tf.distribute.Strategy | 
     for task, metrics in outputs.median_results(results).items():
       log(f"{task} median over {len(results)} trials: "
           + " - ".join(f"{k}: {v:.2f}" for k, v in metrics.items()))
+  folder_lock.release(f"{config.model_dir}_trials")
   return results

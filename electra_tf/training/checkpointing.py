@@ -16,6 +16,14 @@ hold NaN or Inf, is moved aside on resume (`checkpoint_files.reject`: kept in
 `ckpt-<N>.rejected/`, never counted again), with a warning, for the newest older one that is
 usable; the training loop never writes a checkpoint holding NaN or Inf. A failed save (e.g. a
 full disk) deletes its partial files and leaves the previous checkpoint as the latest.
+
+Durable on a local model_dir: a save returns once the new checkpoint's files and the folder are
+fsynced (before TensorFlow rewrites the state file and deletes the checkpoints beyond
+`max_to_keep`), then the state file and the folder; a power cut leaves the newest saved
+checkpoint readable (see atomic_io for what is not promised).
+
+One run per model_dir: the chief holds model_dir's lock (folder_lock.py) from `check`, before
+it deletes anything there, until the process ends.
 """
 
 from __future__ import annotations
@@ -28,7 +36,7 @@ from collections.abc import Callable
 
 import tensorflow as tf
 
-from electra_tf import checkpoints
+from electra_tf import atomic_io, checkpoints, folder_lock
 from electra_tf.console import error_line
 from electra_tf.training import checkpoint_files, input_state
 from electra_tf.training.checkpoint_files import (
@@ -138,10 +146,11 @@ def restore_readable(checkpoint: tf.train.Checkpoint, model_dir: str,
   return None, None
 
 
-def _remove_partial_save(save_dir: str, step: int) -> None:
-  """Deletes what a failed save of `ckpt-<step>` wrote (temp folder, data files, index)."""
+def _remove_partial_save(save_dir: str, step: int, force: bool = False) -> None:
+  """Deletes what a failed save of `ckpt-<step>` wrote (temp folder, data files, index);
+  a complete checkpoint only with `force` (its files are this save's, not durable)."""
   prefix = os.path.join(save_dir, f"ckpt-{step}")
-  if prefix in complete_checkpoints(save_dir):  # never touch a complete checkpoint
+  if not force and prefix in complete_checkpoints(save_dir):  # never touch a complete one
     return
   for path in (tf.io.gfile.glob(glob.escape(prefix) + "_temp")
                + tf.io.gfile.glob(glob.escape(prefix) + ".index")
@@ -153,6 +162,13 @@ def _remove_partial_save(save_dir: str, step: int) -> None:
         tf.io.gfile.remove(path)
     except (tf.errors.OpError, OSError):
       pass
+
+
+def _why(error: BaseException) -> str:
+  """What went wrong, in a few words (an OSError's text without its ``[Errno N]``)."""
+  if isinstance(error, OSError) and error.strerror:
+    return error.strerror
+  return checkpoints.tf_error_summary(error)
 
 
 class CheckpointKeeper:
@@ -185,11 +201,17 @@ class CheckpointKeeper:
     chief deleted stale temp folders of killed saves and repaired a stale state file; returns
     the lines reporting those."""
     notes = []
-    if self.is_chief:
-      notes = [f"Removed {p}, left by a save that was interrupted"
-               for p in remove_stale_temp_dirs(self.model_dir)]
+    if self.is_chief:  # first: no other run may be writing what is cleaned below
+      notes = [line for line in [self._lock(bytes_per_checkpoint)] if line]
+      notes += [f"Removed {p}, left by a save that was interrupted"
+                for p in remove_stale_temp_dirs(self.model_dir)]
       input_state.prune(self.model_dir, set(map(step_of, complete_checkpoints(self.model_dir))))
-    check_model_dir(self.save_dir, bytes_per_checkpoint)
+    try:
+      check_model_dir(self.save_dir, bytes_per_checkpoint)
+    except ModelDirError:
+      if self.is_chief:
+        folder_lock.release(self.model_dir)  # the run ends here, having written nothing
+      raise
     if self.is_chief:
       repaired = repair_state_file(self.model_dir)
       if repaired:
@@ -198,6 +220,18 @@ class CheckpointKeeper:
     else:
       tf.io.gfile.rmtree(self.save_dir)  # recreated by each save, deleted after it
     return notes
+
+  def _lock(self, bytes_per_checkpoint: int) -> str | None:
+    """Takes model_dir's lock (folder_lock.acquire); a folder that cannot hold it gets
+    check_model_dir's line."""
+    try:
+      return folder_lock.acquire(self.model_dir)
+    except folder_lock.FolderLockedError:
+      raise
+    except (tf.errors.OpError, OSError) as e:
+      check_model_dir(self.model_dir, bytes_per_checkpoint)
+      raise ModelDirError(f"model_dir {self.model_dir}: the run's lock cannot be created "
+                          f"({error_line(e, name_type=False)})") from None
 
   def latest(self) -> str | None:
     """The newest complete checkpoint in model_dir, never one the restore rejected."""
@@ -244,14 +278,32 @@ class CheckpointKeeper:
     return f"moved it to {folder}"
 
   def save(self, step: int) -> str:
-    """Writes the checkpoint for `step`; returns its prefix (the scratch one on non-chiefs)."""
+    """Writes the checkpoint for `step`; returns its prefix (the scratch one on non-chiefs).
+    On the chief, durable (see the module doc) before the older checkpoints are deleted."""
+    durable = self.is_chief and "://" not in self.save_dir
+    unsynced: list[str] = []  # the prefix while its complete files are being fsynced
+
+    def make_durable(prefix: str) -> None:  # TensorFlow calls it before the state file
+      unsynced.append(prefix)
+      for path in [prefix + ".index", *tf.io.gfile.glob(glob.escape(prefix) + ".data-*")]:
+        atomic_io.fsync_file(path)
+      atomic_io.fsync_dir(self.save_dir)
+      unsynced.clear()
+
+    options = (tf.train.CheckpointOptions(experimental_write_callbacks=[make_durable])
+               if durable else None)
     try:
-      path = self._manager.save(checkpoint_number=step)
+      path = self._manager.save(checkpoint_number=step, options=options)
+      if durable:
+        atomic_io.fsync_file(os.path.join(self.save_dir, "checkpoint"))
+        atomic_io.fsync_dir(self.save_dir)
     except (tf.errors.OpError, OSError) as e:
-      _remove_partial_save(self.save_dir, step)
+      # files not durable: removed (neither the state file nor the deletion of older
+      # checkpoints happened yet); a failure after the fsyncs leaves the complete checkpoint
+      _remove_partial_save(self.save_dir, step, force=bool(unsynced))
       raise CheckpointSaveError(
           f"saving the checkpoint for step {step} in {self.save_dir} failed "
-          f"({checkpoints.tf_error_summary(e)}); the latest complete checkpoint is still "
+          f"({_why(e)}); the latest complete checkpoint is still "
           f"{self.latest()}") from None
     self._ours.add(step)
     self._rejected.discard(os.path.join(self.model_dir, f"ckpt-{step}"))  # replaced by this save

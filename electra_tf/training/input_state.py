@@ -5,8 +5,9 @@ continues its data stream without re-reading the consumed examples.
 after step N (every file reader's position, the interleave, the shuffle buffer's records, the
 RNG state, the prefetched batches) and `signature.json`, what that stream depends on (files
 and sizes, batch, seed, ...). It is written after `ckpt-<N>` by atomic_io.staged_dir, so it
-exists whole or not at all, and it is removed when `ckpt-<N>` is pruned (or moved aside with
-it when a resume rejects `ckpt-<N>`, see checkpoint_files.reject).
+exists whole or not at all (each file and the folder fsynced before the rename, the parent
+folder after it: durable once the save returns), and it is removed when `ckpt-<N>` is pruned
+(or moved aside with it when a resume rejects `ckpt-<N>`, see checkpoint_files.reject).
 
 A resume at step N restores it when it exists and its signature equals the run's; otherwise
 the pipeline drops the consumed records (`skip_steps`), which gives the same batches at a cost

@@ -1,4 +1,5 @@
 """`--restart`: start from step 0 in a model folder that holds checkpoints, deleting nothing.
+A folder another run holds (folder_lock.py) is refused in one line, not moved.
 
 The chief renames the folder to `<folder>.before-restart-<n>` (the first free n) before
 anything reads it. With several workers (TF_CONFIG) the others must not read the old folder
@@ -17,6 +18,7 @@ from collections.abc import Callable
 
 import tensorflow as tf
 
+from electra_tf import folder_lock
 from electra_tf.training.checkpointing import complete_checkpoints
 
 WAIT_SECONDS = 600.0  # for the chief to start and move the folder
@@ -50,10 +52,13 @@ def move_aside(model_dir: str) -> str | None:
   free n) so a run can start from step 0 without destroying it; returns the new name."""
   if not holds_run(model_dir):
     return None
+  folder_lock.acquire(model_dir)  # refused in one line while another run uses the folder
   base, n = model_dir.rstrip("/"), 1
   while tf.io.gfile.exists(f"{base}.before-restart-{n}"):
     n += 1
   tf.io.gfile.rename(base, f"{base}.before-restart-{n}")
+  folder_lock.release(f"{base}.before-restart-{n}")  # it moved with the folder
+  folder_lock.release(model_dir)
   return f"{base}.before-restart-{n}"
 
 
