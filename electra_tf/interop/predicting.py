@@ -172,11 +172,11 @@ def main(argv: list[str]) -> None:
   prediction_output.check_output(output, f.input)
   spec = describe(f.model, f.task)
   found = prediction_rows.check_rows(f.input, spec.definition, given, f.max_rows)
-  prediction_output.output_columns(spec.definition, found.first, output)
+  prediction_output.output_columns(spec.definition, found.fields, output)
   predictor = load(spec, f.threads)
   shown: list[str] = []
   rows = prediction_rows.iter_rows(f.input, spec.definition, given)
-  with prediction_output.staged_writer(output, spec.definition, found.first, f.input) as write:
+  with prediction_output.staged_writer(output, spec.definition, found.fields) as write:
     def write_and_show(row, prediction):
       write(row, prediction)
       if len(shown) < f.show:

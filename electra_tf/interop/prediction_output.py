@@ -18,7 +18,7 @@ import contextlib
 import csv
 import json
 import os
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from typing import Any
 
 from electra_tf import atomic_io
@@ -67,16 +67,17 @@ def prediction_fields(definition: Mapping[str, Any], prediction: Mapping[str, An
   return {"prediction": " ".join(tags) if table and tags is not None else tags}
 
 
-def output_columns(definition: Mapping[str, Any], first: Row, path: str) -> list[str]:
-  """The output's columns for rows like ``first``; an input column named as a prediction
-  column is a one-line ValueError (nothing of the input is overwritten)."""
-  table = not path.endswith(".jsonl")
-  predicted = list(prediction_fields(definition, None, table))
-  clash = [c for c in first.fields if c in predicted]
+def output_columns(definition: Mapping[str, Any], fields: Sequence[str], path: str
+                   ) -> list[str]:
+  """The output's columns: the input's ``fields`` (``prediction_rows.check_rows``), then the
+  prediction's; an input column named as a prediction column is a one-line ValueError
+  (nothing of the input is overwritten)."""
+  predicted = list(prediction_fields(definition, None, not path.endswith(".jsonl")))
+  clash = [c for c in fields if c in predicted]
   if clash:
     raise ValueError(f"input column {clash[0]!r} has the name of an output column of "
                      f"{path} ({', '.join(predicted)}); rename it in the input")
-  return [*first.fields, *predicted]
+  return [*fields, *predicted]
 
 
 def _cell(value: Any) -> Any:
@@ -84,12 +85,12 @@ def _cell(value: Any) -> Any:
 
 
 @contextlib.contextmanager
-def staged_writer(path: str, definition: Mapping[str, Any], first: Row, input_path: str
+def staged_writer(path: str, definition: Mapping[str, Any], fields: Sequence[str]
                   ) -> Iterator[Callable[[Row, Mapping[str, Any]], None]]:
   """Yields ``write(row, prediction)``; the rows go to a hidden sibling of ``path`` that
   replaces it when the block ends normally and is deleted when it raises (KeyboardInterrupt
-  included)."""
-  names = output_columns(definition, first, path)
+  included). ``fields``: the input's columns (a table's cell is empty for a row without it)."""
+  names = output_columns(definition, fields, path)
   table = not path.endswith(".jsonl")
   with atomic_io.temp_path(path) as tmp, open(tmp, "w", encoding="utf-8", newline="") as f:
     writer = None
@@ -102,10 +103,6 @@ def staged_writer(path: str, definition: Mapping[str, Any], first: Row, input_pa
       out = {**row.fields, **prediction_fields(definition, prediction, table)}
       if writer is None:
         f.write(json.dumps(out, ensure_ascii=False) + "\n")
-        return
-      extra = [c for c in out if c not in names]
-      if extra:
-        raise ValueError(f"{input_path}:{row.line}: column {extra[0]!r} is not in the first "
-                         "row; write .jsonl to keep each row's own fields")
-      writer.writerow({k: _cell(v) for k, v in out.items()})
+      else:
+        writer.writerow({k: _cell(v) for k, v in out.items()})
     yield write

@@ -120,20 +120,21 @@ def _delimited_rows(path: str, cols: Mapping[str, Any]) -> Iterator[Row]:
   has_header = cols["header"] or not tsv
   with open(path, encoding="utf-8-sig", newline="") as f:
     reader = csv.reader(f, delimiter="\t", quoting=csv.QUOTE_NONE) if tsv else csv.reader(f)
-    names, index, count = None, None, 0
+    names, index, count, header_line = None, None, 0, None
     try:
       for row in reader:
         if not row:
           continue
         line = reader.line_num
         if has_header and names is None:
-          names = row
+          names, header_line = row, line
           continue
         if index is None:
           width = len(names) if names is not None else len(row)
           names = names or [f"column_{i}" for i in range(width)]
-          index = {r: _index(path, r, cols[r], names if has_header else None, width, line,
-                             r != "text_a") for r in ROLES if cols[r] is not None}
+          index = {r: _index(path, r, cols[r], names if has_header else None, width,
+                             header_line or line, r != "text_a")
+                   for r in ROLES if cols[r] is not None}
         if len(row) != len(names):
           kind = "tab" if tsv else "comma"
           raise data_error(path, f"expected {len(names)} {kind}-separated fields, found "
@@ -235,6 +236,7 @@ class RowCheck:
   rows: int
   labelled: int
   first: Row
+  fields: list[str]  # the input's columns: every row's, in first-seen order
 
 
 def check_rows(path: str, definition: Mapping[str, Any], given: Mapping[str, Any],
@@ -243,17 +245,19 @@ def check_rows(path: str, definition: Mapping[str, Any], given: Mapping[str, Any
   loads: columns, texts and labels (a labelled file's labels all known to the model)."""
   rows = labelled = 0
   first = None
+  fields: dict[str, None] = {}
   for row in iter_rows(path, definition, given):
     if max_rows and rows >= max_rows:
       break
     first = first or row
+    fields.update(dict.fromkeys(row.fields))
     if row.label is not None:
       check_label(path, definition, row)
       labelled += 1
     rows += 1
   if first is None:
     raise ValueError(f"{path}: no rows to predict")
-  return RowCheck(rows, labelled, first)
+  return RowCheck(rows, labelled, first, list(fields))
 
 
 def _looks_conll(path: str) -> bool:
