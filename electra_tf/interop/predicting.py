@@ -2,7 +2,7 @@ r"""Label a file with a fine-tuned model (the ``python -m electra_tf.predict`` c
 
   python -m electra_tf.predict --model <model dir | SavedModel | .tflite | litert/> \
       --input rows.csv \
-      [--output <input>.predictions.jsonl] [--task topic] [--batch_size 32] [--show 0]
+      [--output rows.predictions.jsonl] [--task topic] [--batch_size 32] [--show 0]
 
 Everything is checked before the model loads (``main``): the flags, ``--output`` (format,
 folder), the model's task definition (``interop.serving_models.describe``, its JSON files
