@@ -46,7 +46,8 @@ class Result:
   labelled: int
   seconds: float
   rows: int = 0
-  truncated: list[int] = dataclasses.field(default_factory=list)  # lines of rows cut to fit
+  truncated: list[int] = dataclasses.field(default_factory=list)  # first lines of rows cut
+  n_truncated: int = 0  # rows cut to fit max_seq_length
   batch: int = 0  # rows per model call, as run
 
 
@@ -76,8 +77,8 @@ def predict_rows(predictor: Predictor, rows: Iterable[prediction_rows.Row], batc
   kept: list[dict[str, Any]] = []
   warm_up = np.zeros([max(1, min(batch_size, total)), predictor.max_seq_length], np.int32)
   predictor.run_batch({k: warm_up for k in INPUTS})  # first-call setup is not timed
-  done = labelled = 0
-  truncated: list[int] = []
+  done = labelled = n_truncated = 0
+  truncated: list[int] = []  # the first SHOWN_LINES only: memory stays flat
   start, step = time.perf_counter(), max(1, total // 10)
   for batch in _batches(rows, batch_size):
     featurised = [task_outputs.featurize_row(predictor.tokenizer, kind, predictor.max_seq_length,
@@ -93,7 +94,8 @@ def predict_rows(predictor: Predictor, rows: Iterable[prediction_rows.Row], batc
       else:
         write(row, prediction)
       if cut:
-        truncated.append(row.line)
+        n_truncated += 1
+        truncated += [row.line] if len(truncated) < SHOWN_LINES else []
       if row.label is not None:
         gold = prediction_rows.check_label(where, definition, row)
         scorer = scorer or task_outputs.make_scorer(definition)
@@ -106,7 +108,7 @@ def predict_rows(predictor: Predictor, rows: Iterable[prediction_rows.Row], batc
                   f"{done / max(seconds, 1e-9):.1f} rows/s")
   metrics = task_outputs.metric_values(scorer) if scorer is not None else {}
   return Result(kept, metrics, labelled, time.perf_counter() - start, done, truncated,
-                batch_size)
+                n_truncated, batch_size)
 
 
 def row_line(row: prediction_rows.Row, prediction: Mapping[str, Any]) -> str:
@@ -122,14 +124,14 @@ def row_line(row: prediction_rows.Row, prediction: Mapping[str, Any]) -> str:
 
 def truncation_line(result: Result, max_seq_length: int, kind: str) -> str | None:
   """The summary line naming the rows cut to ``max_seq_length`` (None if none was)."""
-  if not result.truncated:
+  if not result.n_truncated:
     return None
-  lines = ", ".join(map(str, result.truncated[:SHOWN_LINES]))
-  more = f" and {len(result.truncated) - SHOWN_LINES} more" if len(
-      result.truncated) > SHOWN_LINES else ""
+  lines = ", ".join(map(str, result.truncated))
+  more = f" and {result.n_truncated - len(result.truncated)} more" if (
+      result.n_truncated > len(result.truncated)) else ""
   what = "words past it tagged O" if kind == "tagging" else "tokens past it dropped"
-  return (f"  {len(result.truncated)} of {result.rows} rows longer than max_seq_length "
-          f"{max_seq_length} ({what}): line{'s' if len(result.truncated) > 1 else ''} "
+  return (f"  {result.n_truncated} of {result.rows} rows longer than max_seq_length "
+          f"{max_seq_length} ({what}): line{'s' if result.n_truncated > 1 else ''} "
           f"{lines}{more}")
 
 
