@@ -183,7 +183,7 @@ def main(argv: list[str]) -> None:
       write(row, prediction)
       if len(shown) < f.show:
         shown.append(row_line(row, prediction))
-    limited = (r for r, _ in zip(rows, range(found.rows), strict=False))
+    limited = (r for _, r in zip(range(found.rows), rows, strict=False))  # --max_rows
     result = predict_rows(predictor, limited, f.batch_size, f.input, found.rows, write_and_show)
   lines = list(shown)
   if result.labelled:
