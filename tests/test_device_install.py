@@ -8,6 +8,7 @@ import shutil
 import subprocess
 import sys
 
+import pytest
 from helpers import tiny_litert
 from helpers.paths import REPO_ROOT
 
@@ -27,6 +28,7 @@ def _package_copy(dest):
   return dest
 
 
+@pytest.mark.slow  # 38 s to 77 s here under load: the venv and the install
 def test_device_extra_installs_light_and_predicts_with_tflite(tmp_path):
   export = tiny_litert.build(tmp_path / "tiny")
   venv = tmp_path / "venv"
