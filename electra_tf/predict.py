@@ -1,7 +1,8 @@
 r"""``python -m electra_tf.predict``: label a file with a fine-tuned model.
 
   python -m electra_tf.predict --model <model dir | SavedModel | .tflite | litert/> \
-      --input rows.csv [--output predictions.jsonl] [--task <name>] [--batch_size 32] [--show 5]
+      --input rows.csv [--output rows.predictions.jsonl] [--task <name>] [--batch_size 32] \
+      [--show 0]
 
 Flags and wiring only; what is read, run and written is described in
 ``electra_tf.interop.predicting``. A ``.tflite`` model (or a LiteRT folder) loads no TensorFlow.

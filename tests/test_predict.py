@@ -149,8 +149,9 @@ def test_predict_tflite_without_tensorflow(model, tmp_path, litert, variant):
   progress = [line for line in lines if line.startswith("predict: ")]
   assert progress[-1].startswith("predict: 15/15 rows (100%)")
   table = output.read_text().splitlines()
-  assert table[0].split("\t")[:3] == ["id", "prediction", "probability"]
-  assert len(table) == 16 and {r.split("\t")[1] for r in table[1:]} <= {"0", "1"}
+  header = table[0].split("\t")  # the input's columns, then the prediction's
+  assert header[-4:-2] == ["prediction", "probability"] and "review" in header
+  assert len(table) == 16 and {r.split("\t")[-4] for r in table[1:]} <= {"0", "1"}
 
 
 @pytest.mark.slow

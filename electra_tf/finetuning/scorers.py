@@ -19,7 +19,6 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 import numpy as np
-from official.nlp.tools import squad_evaluate_v1_1
 
 # --------------------------------------------------------------------------------------------
 # Pure metrics
@@ -175,7 +174,10 @@ def f1_v2(gold: str, pred: str) -> float:
 
 def squad_v1_evaluate(dataset: Sequence[Mapping], predictions: Mapping[str, str]) -> dict:
   """Official SQuAD v1.1 script: {'exact_match', 'f1'} in percent over all questions."""
-  # tf-models-official's copy of the v1.1 script (same rules) returns fractions.
+  # tf-models-official's copy of the v1.1 script (same rules) returns fractions. Imported here:
+  # tf-models-official needs TensorFlow to install, and the device path scores without it.
+  from official.nlp.tools import squad_evaluate_v1_1
+
   result = squad_evaluate_v1_1.evaluate(dataset, predictions)
   return {"exact_match": 100.0 * result["exact_match"], "f1": 100.0 * result["final_f1"]}
 

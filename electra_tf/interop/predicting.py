@@ -2,221 +2,113 @@ r"""Label a file with a fine-tuned model (the ``python -m electra_tf.predict`` c
 
   python -m electra_tf.predict --model <model dir | SavedModel | .tflite | litert/> \
       --input rows.csv \
-      [--output predictions.jsonl] [--task topic] [--batch_size 32] [--show 5]
+      [--output rows.predictions.jsonl] [--task topic] [--batch_size 32] [--show 0]
 
-``--model`` is a fine-tuned model directory (``run_finetuning.py``'s
-``finetuning_models/<tasks>_model_<trial>``, or ``convert``'s output folder), a SavedModel
-export (``<out>/saved_model``) or a LiteRT ``.tflite`` with its ``litert.json`` beside it
-(``<out>/litert/int8.tflite``; the folder ``<out>/litert`` runs its most exact variant there,
-``float32.tflite`` when it was written). Each carries its task definitions (``tasks.json`` /
-``litert.json``) and ``vocab.txt``, so no data folder is needed. The ``.tflite`` path loads no
-TensorFlow (numpy, ``ai_edge_litert`` and the pure-Python tokenizer), so it runs on a small
-device; LiteRT models take one row per call.
-
-Rows (``interop.prediction_rows``) are featurised as for ``run_finetuning.py``, run in batches
-with a progress line, and each gets one prediction (label and probabilities; score; tags)
-in ``--output``. Rows with a label are scored with the task's own scorer (its metrics, e.g.
-accuracy), and the summary gives examples per second (featurisation and model, the model
-already loaded).
+Everything is checked before the model loads (``main``): the flags, ``--output`` (format,
+folder), the model's task definition (``interop.serving_models.describe``, its JSON files
+only), and every row of ``--input`` against it (``prediction_rows.check_rows``: columns, blank
+or unknown labels, no rows). Then the rows stream through the model in batches with a
+progress line, each written with its prediction beside the input's own columns into a hidden
+file that becomes ``--output`` when the last row is written (``prediction_output``): a Ctrl-C
+or an error leaves no output file. Rows with a label are scored with the task's own scorer
+(its metrics, e.g. accuracy); the summary names the rows cut to ``max_seq_length`` and gives
+examples per second (featurisation and model, the model already loaded).
 """
 
 from __future__ import annotations
 
 import dataclasses
-import os
 import time
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 
 import numpy as np
 
 from electra_tf import console
-from electra_tf.full_tokenizer import FullTokenizer
-from electra_tf.interop import prediction_rows, task_outputs
-from electra_tf.interop.litert_runner import LiteRTModel, pick_signature
-from electra_tf.interop.signatures import LITERT_KINDS, signature_names
+from electra_tf.interop import prediction_output, prediction_rows, task_outputs
+from electra_tf.interop.serving_models import (  # noqa: F401 -- the predict API, re-exported
+  ModelSpec,
+  Predictor,
+  describe,
+  litert_in_folder,
+  load,
+  open_model,
+)
 
 INPUTS = task_outputs.INPUT_NAMES
-
-
-@dataclasses.dataclass
-class Predictor:
-  """A loaded model, one task: its definition, how to featurise, and a batch call
-  (int32 [B, T] inputs by name -> the signature's outputs, numpy [B, ...])."""
-
-  definition: dict[str, Any]
-  tokenizer: Any
-  max_seq_length: int
-  run_batch: Callable[[Mapping[str, np.ndarray]], dict[str, np.ndarray]]
-  description: str
-
-
-# A LiteRT folder given as --model: its most exact variant there.
-LITERT_PREFERENCE = ("float32", "float16", "int8", "int8_full")
-LITERT_SPEC = "litert.json"
-
-
-def litert_in_folder(folder: str) -> str | None:
-  """The ``.tflite`` to run when ``folder`` is a LiteRT folder (``litert.json`` in it, as
-  ``convert --litert`` writes ``<out>/litert/``): the first of ``LITERT_PREFERENCE`` that
-  its ``litert.json`` lists and that is there, else its first ``.tflite``; None for any other
-  folder. A LiteRT folder without a ``.tflite`` is a one-line FileNotFoundError."""
-  spec_path = os.path.join(folder, LITERT_SPEC)
-  if not os.path.isfile(spec_path):
-    return None
-  import json
-
-  try:
-    with open(spec_path, encoding="utf-8") as f:
-      variants = json.load(f).get("variants") or {}
-  except (OSError, ValueError, AttributeError):
-    variants = {}
-  listed = [variants[v] for v in LITERT_PREFERENCE if isinstance(variants.get(v), str)]
-  present = sorted(n for n in os.listdir(folder) if n.endswith(".tflite"))
-  for name in [*listed, *present]:
-    if os.path.isfile(os.path.join(folder, name)):
-      return os.path.join(folder, name)
-  raise FileNotFoundError(f"{folder} has {LITERT_SPEC} but no .tflite model")
-
-
-def open_model(path: str, task: str | None = None, threads: int | None = None) -> Predictor:
-  """The model at ``path`` (see the module docstring) for ``task`` (its only one if None)."""
-  if os.path.isdir(path):
-    path = litert_in_folder(path) or path
-  if path.endswith(".tflite"):
-    return _litert(path, task, threads)
-  if not os.path.isdir(path) and not os.path.exists(path + ".index"):
-    raise FileNotFoundError(f"--model {path} not found")
-  if os.path.isfile(os.path.join(path, "saved_model.pb")):
-    return _saved_model(path, task)
-  if os.path.isfile(os.path.join(path, "saved_model", "saved_model.pb")):
-    return _saved_model(os.path.join(path, "saved_model"), task)
-  return _model_directory(path, task)
-
-
-def _litert(path: str, task: str | None, threads: int | None) -> Predictor:
-  model = LiteRTModel(path, task, num_threads=threads)
-
-  def run_batch(batch):  # the .tflite inputs are [1, T]: one row per call
-    outs = [model.run(*(batch[k][i:i + 1] for k in INPUTS)) for i in range(len(batch[INPUTS[0]]))]
-    return {k: np.concatenate([o[k] for o in outs]) for k in outs[0]}
-  return Predictor(model.definition, model.tokenizer, model.max_seq_length, run_batch,
-                   f"LiteRT {os.path.basename(path)}, {threads or 'default'} thread(s)")
-
-
-def _definitions(folder: str) -> tuple[dict[str, Any], dict[str, dict]]:
-  """(hparams.json, task definitions) of a fine-tuned model's folder; one line if missing."""
-  from electra_tf.reading import model_dir, model_tasks  # local: they load TensorFlow
-
-  hparams = model_dir.read_model_hparams(folder)
-  definitions = model_tasks.read_tasks(folder)
-  if hparams is None or definitions is None:
-    missing = model_dir.HPARAMS_FILE if hparams is None else model_tasks.TASKS_FILE
-    raise ValueError(f"{folder} has no {missing}: predict needs a fine-tuned model written by "
-                     "run_finetuning.py or python -m electra_tf.convert (which write it)")
-  return hparams, definitions
-
-
-def _task_definition(definitions: dict[str, dict], task: str | None, where: str
-                     ) -> tuple[str, dict[str, Any]]:
-  names = signature_names({n: d["kind"] for n, d in definitions.items()})
-  by_signature = {names[n]: {**d, "task": n} for n, d in definitions.items()}
-  signature = pick_signature(by_signature, task, where)
-  if by_signature[signature]["kind"] not in LITERT_KINDS:
-    raise ValueError(f"predict labels classification, regression and tagging tasks; "
-                     f"{by_signature[signature]['task']} is {by_signature[signature]['kind']} "
-                     f"(its SavedModel signature is {signature})")
-  return signature, by_signature[signature]
-
-
-def _vocab(folder: str) -> str:
-  for path in (os.path.join(folder, "vocab.txt"), os.path.join(folder, "assets", "vocab.txt")):
-    if os.path.isfile(path):
-      return path
-  raise FileNotFoundError(f"{folder} has no vocab.txt")
-
-
-def _saved_model(folder: str, task: str | None) -> Predictor:
-  import tensorflow as tf
-  import tensorflow_text  # noqa: F401 -- registers the ops of the raw-text signatures
-
-  hparams, definitions = _definitions(folder)
-  signature, definition = _task_definition(definitions, task, folder)
-  with console.native_logs_hidden():
-    function = tf.saved_model.load(folder).signatures[signature]
-
-  def run_batch(batch):
-    out = function(**{k: tf.constant(batch[k]) for k in INPUTS})
-    return {k: v.numpy() for k, v in out.items()}
-  tokenizer = FullTokenizer(_vocab(folder), bool(hparams.get("do_lower_case", True)))
-  return Predictor(definition, tokenizer, int(hparams["max_seq_length"]), run_batch,
-                   f"SavedModel {folder}")
-
-
-def _model_directory(path: str, task: str | None) -> Predictor:
-  """A checkpoint directory (TF2 or TF1 names) built into the model and its signatures."""
-  from electra_tf.interop.conversion import load_finetuned
-  from electra_tf.interop.finetuned_saved_model import FinetunedExport
-  from electra_tf.reading.model_dir import model_dir_of
-
-  folder = model_dir_of(path)
-  _, definitions = _definitions(folder)
-  signature, definition = _task_definition(definitions, task, folder)
-  model, tasks, config, _, _ = load_finetuned(path, {}, folder)
-  function = FinetunedExport(model, tasks).signatures()[signature]
-
-  def run_batch(batch):
-    import tensorflow as tf
-
-    out = function(**{k: tf.constant(batch[k]) for k in INPUTS})
-    return {k: v.numpy() for k, v in out.items()}
-  tokenizer = FullTokenizer(config.vocab_file, config.do_lower_case)
-  return Predictor(definition, tokenizer, config.max_seq_length, run_batch,
-                   f"model directory {folder}")
+SHOWN_LINES = 5  # truncated rows named in the summary; the rest are counted
 
 
 @dataclasses.dataclass
 class Result:
-  predictions: list[dict[str, Any]]
+  predictions: list[dict[str, Any]]  # kept only when no ``write`` was given
   metrics: dict[str, float]  # the task's metrics over the labelled rows ({} if none)
   labelled: int
   seconds: float
+  rows: int = 0
+  truncated: list[int] = dataclasses.field(default_factory=list)  # first lines of rows cut
+  n_truncated: int = 0  # rows cut to fit max_seq_length
+  batch: int = 0  # rows per model call, as run
 
 
-def predict_rows(predictor: Predictor, rows: Sequence[prediction_rows.Row], batch_size: int,
-                 where: str = "") -> Result:
-  """Predictions for ``rows`` in batches, a progress line every 10%; labelled rows scored."""
+def _batches(rows: Iterable[prediction_rows.Row], size: int
+             ) -> Iterable[list[prediction_rows.Row]]:
+  batch: list[prediction_rows.Row] = []
+  for row in rows:
+    batch.append(row)
+    if len(batch) == size:
+      yield batch
+      batch = []
+  if batch:
+    yield batch
+
+
+def predict_rows(predictor: Predictor, rows: Iterable[prediction_rows.Row], batch_size: int,
+                 where: str = "", total: int | None = None,
+                 write: Callable[[prediction_rows.Row, Mapping[str, Any]], None] | None = None
+                 ) -> Result:
+  """Predictions for ``rows`` (streamed) in batches, a progress line every 10 % of ``total``
+  (len(rows) if None); labelled rows scored. Each prediction goes to ``write`` when given,
+  else into the result."""
   definition, kind = predictor.definition, predictor.definition["kind"]
-  scored = any(r.label is not None for r in rows)
-  scorer = task_outputs.make_scorer(definition) if scored else None
-  predictions: list[dict[str, Any]] = []
-  warm_up = np.zeros([min(batch_size, len(rows)), predictor.max_seq_length], np.int32)
+  total = len(rows) if total is None else total  # type: ignore[arg-type]
+  batch_size = min(batch_size, predictor.max_batch or batch_size)
+  scorer = None
+  kept: list[dict[str, Any]] = []
+  warm_up = np.zeros([max(1, min(batch_size, total)), predictor.max_seq_length], np.int32)
   predictor.run_batch({k: warm_up for k in INPUTS})  # first-call setup is not timed
-  labelled, start, step = 0, time.perf_counter(), max(1, len(rows) // 10)
-  for first in range(0, len(rows), batch_size):
-    batch = rows[first:first + batch_size]
-    features = [task_outputs.featurize(predictor.tokenizer, kind, predictor.max_seq_length,
-                                       r.text_a, r.text_b, r.words) for r in batch]
-    outputs = predictor.run_batch({k: np.asarray([f[k] for f in features], np.int32)
+  done = labelled = n_truncated = 0
+  truncated: list[int] = []  # the first SHOWN_LINES only: memory stays flat
+  start, step = time.perf_counter(), max(1, total // 10)
+  for batch in _batches(rows, batch_size):
+    featurised = [task_outputs.featurize_row(predictor.tokenizer, kind, predictor.max_seq_length,
+                                             r.text_a, r.text_b, r.words) for r in batch]
+    outputs = predictor.run_batch({k: np.asarray([f[k] for f, _ in featurised], np.int32)
                                    for k in INPUTS})
-    for i, (row, f) in enumerate(zip(batch, features, strict=True)):
+    for i, (row, (f, cut)) in enumerate(zip(batch, featurised, strict=True)):
       out = {k: v[i] for k, v in outputs.items()}
-      predictions.append(task_outputs.prediction(
-          definition, out, f, len(row.words) if row.words is not None else None))
+      prediction = task_outputs.prediction(definition, out, f,
+                                           len(row.words) if row.words is not None else None)
+      if write is None:
+        kept.append(prediction)
+      else:
+        write(row, prediction)
+      if cut:
+        n_truncated += 1
+        truncated += [row.line] if len(truncated) < SHOWN_LINES else []
       if row.label is not None:
-        try:
-          gold = task_outputs.gold_ids(definition, row.label)
-        except ValueError as e:
-          raise ValueError(f"{where}:{row.line}: {e}") from None
+        gold = prediction_rows.check_label(where, definition, row)
+        scorer = scorer or task_outputs.make_scorer(definition)
         task_outputs.score_row(scorer, definition, out, f, gold)
         labelled += 1
-    done = first + len(batch)
-    if done // step != first // step or done == len(rows):
+    first, done = done, done + len(batch)
+    if done // step != first // step or done == total:
       seconds = time.perf_counter() - start
-      console.log(f"predict: {done}/{len(rows)} rows ({100 * done / len(rows):.0f}%), "
+      console.log(f"predict: {done}/{total} rows ({100 * done / max(total, 1):.0f}%), "
                   f"{done / max(seconds, 1e-9):.1f} rows/s")
-  metrics = task_outputs.metric_values(scorer) if labelled else {}
-  return Result(predictions, metrics, labelled, time.perf_counter() - start)
+  metrics = task_outputs.metric_values(scorer) if scorer is not None else {}
+  return Result(kept, metrics, labelled, time.perf_counter() - start, done, truncated,
+                n_truncated, batch_size)
 
 
 def row_line(row: prediction_rows.Row, prediction: Mapping[str, Any]) -> str:
@@ -230,6 +122,19 @@ def row_line(row: prediction_rows.Row, prediction: Mapping[str, Any]) -> str:
   return "  " + " ".join(f"{w}/{t}" for w, t in zip(row.words, prediction["tags"], strict=True))
 
 
+def truncation_line(result: Result, max_seq_length: int, kind: str) -> str | None:
+  """The summary line naming the rows cut to ``max_seq_length`` (None if none was)."""
+  if not result.n_truncated:
+    return None
+  lines = ", ".join(map(str, result.truncated))
+  more = f" and {result.n_truncated - len(result.truncated)} more" if (
+      result.n_truncated > len(result.truncated)) else ""
+  what = "words past it tagged O" if kind == "tagging" else "tokens past it dropped"
+  return (f"  {result.n_truncated} of {result.rows} rows longer than max_seq_length "
+          f"{max_seq_length} ({what}): line{'s' if result.n_truncated > 1 else ''} "
+          f"{lines}{more}")
+
+
 def define_flags() -> None:
   """Command-line flags, defined on demand so importing this module defines none."""
   from absl import flags
@@ -238,15 +143,15 @@ def define_flags() -> None:
       "model": "A fine-tuned model directory, a SavedModel export, a LiteRT .tflite "
                "(litert.json beside it) or a LiteRT folder (its float32 model if there).",
       "input": "Rows to label: .txt (one a line), .csv, .tsv, .jsonl; tagging also CoNLL .conll.",
-      "output": "Where the predictions go (.jsonl, .tsv, .csv; default <input without "
-                "extension>.predictions.jsonl).",
+      "output": "Where the predictions go, beside the input's columns (.jsonl, .tsv, .csv; "
+                "default <input without extension>.predictions.jsonl).",
       "task": "The task to predict, for a model with several."}
   for name, text in paths.items():
     flags.DEFINE_string(name, None, text)
-  for role in ("text_a", "text_b", "label", "id"):
+  for role in prediction_rows.ROLES:
     flags.DEFINE_string(role, None, f"Column of the {role} (name or 0-based number; default: "
                         "the task's task.json, else the role's name).")
-  flags.DEFINE_integer("batch_size", 32, "Rows per model call (LiteRT: rows per progress step).")
+  flags.DEFINE_integer("batch_size", 32, "Rows per model call (LiteRT runs one row per call).")
   flags.DEFINE_integer("threads", None, "LiteRT interpreter threads (default: its own).")
   flags.DEFINE_integer("max_rows", None, "Only the first rows of --input.")
   flags.DEFINE_integer("show", 0, "Print the first N rows' predictions.")
@@ -262,19 +167,34 @@ def main(argv: list[str]) -> None:
     raise app.UsageError("--model and --input are required")
   if f.batch_size < 1:
     raise app.UsageError(f"--batch_size must be >= 1, got {f.batch_size}")
-  output = f.output or os.path.splitext(f.input)[0] + ".predictions.jsonl"
-  predictor = open_model(f.model, f.task, f.threads)
-  rows = prediction_rows.read_rows(f.input, predictor.definition,
-                                   {r: getattr(f, r) for r in ("text_a", "text_b", "label", "id")})
-  rows = rows[:f.max_rows] if f.max_rows else rows
-  result = predict_rows(predictor, rows, f.batch_size, f.input)
-  prediction_rows.write_predictions(output, rows, result.predictions)
-  lines = [row_line(r, p) for r, p in zip(rows[:f.show], result.predictions, strict=False)]
+  given = {r: getattr(f, r) for r in prediction_rows.ROLES}
+  # checked before anything loads: input, output, the model's definition, every row
+  prediction_rows.check_input(f.input)
+  output = f.output or prediction_output.default_output(f.input)
+  prediction_output.check_output(output, f.input)
+  spec = describe(f.model, f.task)
+  found = prediction_rows.check_rows(f.input, spec.definition, given, f.max_rows)
+  prediction_output.output_columns(spec.definition, found.fields, output)
+  predictor = load(spec, f.threads)
+  shown: list[str] = []
+  rows = prediction_rows.iter_rows(f.input, spec.definition, given)
+  with prediction_output.staged_writer(output, spec.definition, found.fields) as write:
+    def write_and_show(row, prediction):
+      write(row, prediction)
+      if len(shown) < f.show:
+        shown.append(row_line(row, prediction))
+    limited = (r for _, r in zip(range(found.rows), rows, strict=False))  # --max_rows
+    result = predict_rows(predictor, limited, f.batch_size, f.input, found.rows, write_and_show)
+  lines = list(shown)
   if result.labelled:
     scores = ", ".join(f"{k} {v:.2f}" for k, v in result.metrics.items())
     lines.append(f"  {scores} ({result.labelled} labelled rows)")
-  lines += [f"  {len(rows) / max(result.seconds, 1e-9):.1f} examples/s ({len(rows)} rows in "
-            f"{result.seconds:.2f} s: tokenisation, featurisation and the model, batch "
-            f"{f.batch_size})", f"  predictions: {output}"]
+  cut = truncation_line(result, predictor.max_seq_length, spec.definition["kind"])
+  lines += [cut] if cut else []
+  per_call = (f"batch {result.batch}" if predictor.max_batch is None else
+              f"batch {result.batch}: a .tflite runs one row per call")
+  lines += [f"  {result.rows / max(result.seconds, 1e-9):.1f} examples/s ({result.rows} rows "
+            f"in {result.seconds:.2f} s: tokenisation, featurisation and the model, "
+            f"{per_call})", f"  predictions: {output}"]
   console.summary(f"Predicted {f.input} with {predictor.description} (task "
                   f"{predictor.definition['task']}):", lines)

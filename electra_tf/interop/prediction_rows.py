@@ -1,4 +1,4 @@
-"""The rows ``predict`` reads and the predictions it writes; TensorFlow-free.
+"""The rows ``predict`` reads, streamed and checked; TensorFlow-free.
 
 Input formats (by extension):
 
@@ -6,39 +6,39 @@ Input formats (by extension):
   tagging task splits the line into words on whitespace. No labels.
 - ``.csv`` / ``.tsv`` / ``.jsonl``: the columns a user task's ``task.json`` names (``text_a``,
   ``text_b``, ``label``, ``id``, TSV ``header``), else ``text_a`` / ``text_b`` / ``label`` /
-  ``id``;
-  the flags ``--text_a`` / ``--text_b`` / ``--label`` / ``--id`` override them (a name, or a
-  0-based column number). The label and id columns are optional.
+  ``id``; the flags ``--text_a`` / ``--text_b`` / ``--label`` / ``--id`` override them (a name,
+  or a 0-based column number). The label and id columns are optional.
 - tagging: ``.conll`` CoNLL files (``word ... tag`` lines, blank lines between sentences; a
   ``.txt`` whose first lines have 2 to 4 fields is read so too), or ``.jsonl`` with token and
   tag lists (``tokens`` / ``tags``, or task.json's). Tags are read when every word has one.
 
-Output (by extension): ``.jsonl`` (one object a row: id, the texts or words, the prediction),
-``.tsv`` / ``.csv`` (id, prediction, probability and one column per label; tags joined by
-spaces).
+Tables and text files are read a row at a time (``iter_rows``), so a file of any size takes
+the memory of one batch; CoNLL and tagged JSONL files are read whole. ``check_rows`` reads the
+file once before any model loads: a missing column, a blank or unknown label, or no row at all
+is a one-line error naming the file and the line.
 """
 
 from __future__ import annotations
 
 import csv
 import dataclasses
-import io
 import json
 import os
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterator, Mapping
 from typing import Any
 
-from electra_tf import atomic_io
-from electra_tf.finetuning.task_base import DataError
-from electra_tf.finetuning.user.records import read_conll, read_records, read_tagged_jsonl
+from electra_tf.finetuning.task_base import DataError, data_error
+from electra_tf.finetuning.user.records import read_conll, read_tagged_jsonl
+from electra_tf.interop import task_outputs
 
 TABLES = (".csv", ".tsv", ".jsonl")
-OUTPUTS = (".jsonl", ".tsv", ".csv")
+ROLES = ("text_a", "text_b", "label", "id")
 
 
 @dataclasses.dataclass
 class Row:
-  """One input row: where it is (1-based line), its id, texts or words, and label if any."""
+  """One input row: where it is (1-based line), its id, texts or words, label if any ("" for
+  a blank cell of a label column), and the input's own columns in their order (``fields``)."""
 
   line: int
   id: Any
@@ -46,6 +46,7 @@ class Row:
   text_b: str | None = None
   words: list[str] | None = None
   label: Any = None
+  fields: dict[str, Any] = dataclasses.field(default_factory=dict)
 
 
 def columns(definition: Mapping[str, Any], given: Mapping[str, Any]) -> dict[str, Any]:
@@ -56,28 +57,26 @@ def columns(definition: Mapping[str, Any], given: Mapping[str, Any]) -> dict[str
          "label": "tags" if tagging else "label", "id": "id", "header": True}
   out.update({k: task_json[k] for k in out if k in task_json})
   out.update({k: v for k, v in given.items() if v is not None})
-  for role in ("text_a", "text_b", "label", "id"):  # "3" on the command line is column 3
+  for role in ROLES:  # "3" on the command line is column 3
     if isinstance(out[role], str) and out[role].isdigit():
       out[role] = int(out[role])
   return out
 
 
-def _read_text(path: str, tagging: bool) -> list[Row]:
-  rows = []
+def _text_rows(path: str, tagging: bool) -> Iterator[Row]:
   with open(path, encoding="utf-8-sig") as f:
-    for line_num, line in enumerate(f, start=1):
+    for count, (line_num, line) in enumerate(
+        (n, t) for n, t in enumerate(f, start=1) if t.strip()):
       text = line.rstrip("\n").rstrip("\r")
-      if not text.strip():
-        continue
       if tagging:
-        rows.append(Row(line_num, len(rows), words=text.split()))
+        yield Row(line_num, count, words=text.split(), fields={"words": text.split()})
       else:  # a tab separates the texts of a pair
         a, _, b = text.partition("\t")
-        rows.append(Row(line_num, len(rows), text_a=a, text_b=b or None))
-  return rows
+        fields = {"text_a": a, **({"text_b": b} if b else {})}
+        yield Row(line_num, count, text_a=a, text_b=b or None, fields=fields)
 
 
-def _read_tagged(path: str, cols: Mapping[str, Any]) -> list[Row]:
+def _tagged_rows(path: str, cols: Mapping[str, Any]) -> Iterator[Row]:
   """Sentences with their tags when every word has one, else without."""
   def read(tagged: bool):
     if path.endswith(".jsonl"):
@@ -88,34 +87,177 @@ def _read_tagged(path: str, cols: Mapping[str, Any]) -> list[Row]:
     sentences = read(True)
   except DataError:
     sentences = read(False)
-  return [Row(s.line, s.id if s.id is not None else i, words=s.words, label=s.tags)
-          for i, s in enumerate(sentences)]
+  for i, s in enumerate(sentences):
+    fields = {**({"id": s.id} if s.id is not None else {}), "words": s.words,
+              **({"tags": s.tags} if s.tags is not None else {})}
+    yield Row(s.line, s.id if s.id is not None else i, words=s.words, label=s.tags,
+              fields=fields)
 
 
-def read_rows(path: str, definition: Mapping[str, Any], given: Mapping[str, Any]) -> list[Row]:
-  """The rows of ``path`` for the task ``definition`` (see the module docstring); a bad file
-  is a one-line error naming it (and the line)."""
+def _index(path: str, role: str, column: Any, names: list[str] | None, width: int,
+           line: int, optional: bool) -> int | None:
+  """The column number of a role (None: an optional role the file lacks)."""
+  if isinstance(column, int):
+    if column < width:
+      return column
+    if optional:
+      return None
+    raise data_error(path, f"missing column {column} for {role} (the file has {width} columns)",
+                     line)
+  if names is None:
+    raise data_error(path, f"{role} names column {column!r} but the file has no header (use "
+                     "a 0-based column number)", line)
+  if column in names:
+    return names.index(column)
+  if optional:
+    return None
+  raise data_error(path, f"missing column {column!r} for {role} (columns: {', '.join(names)}; "
+                   f"--{role} names another)", line)
+
+
+def _delimited_rows(path: str, cols: Mapping[str, Any]) -> Iterator[Row]:
+  tsv = path.endswith(".tsv")
+  has_header = cols["header"] or not tsv
+  with open(path, encoding="utf-8-sig", newline="") as f:
+    reader = csv.reader(f, delimiter="\t", quoting=csv.QUOTE_NONE) if tsv else csv.reader(f)
+    names, index, count, header_line = None, None, 0, None
+    try:
+      for row in reader:
+        if not row:
+          continue
+        line = reader.line_num
+        if has_header and names is None:
+          names, header_line = row, line
+          continue
+        if index is None:
+          width = len(names) if names is not None else len(row)
+          names = names or [f"column_{i}" for i in range(width)]
+          index = {r: _index(path, r, cols[r], names if has_header else None, width,
+                             header_line or line, r != "text_a")
+                   for r in ROLES if cols[r] is not None}
+        if len(row) != len(names):
+          kind = "tab" if tsv else "comma"
+          raise data_error(path, f"expected {len(names)} {kind}-separated fields, found "
+                           f"{len(row)}", line)
+        value = {r: row[i] for r, i in index.items() if i is not None}
+        yield Row(line, value.get("id") if value.get("id") is not None else count,
+                  text_a=value["text_a"], text_b=value.get("text_b") or None,
+                  label=value.get("label"), fields=dict(zip(names, row, strict=True)))
+        count += 1
+    except csv.Error as e:
+      raise data_error(path, f"bad CSV: {e}", reader.line_num) from None
+
+
+def _json_rows(path: str, cols: Mapping[str, Any]) -> Iterator[Row]:
+  keys = {r: cols[r] for r in ROLES if cols[r] is not None}
+  with open(path, encoding="utf-8-sig") as f:
+    count = 0
+    for line, text in enumerate(f, start=1):
+      if not text.strip():
+        continue
+      try:
+        row = json.loads(text)
+      except json.JSONDecodeError as e:
+        raise data_error(path, f"not valid JSON: {e.msg}", line) from None
+      if not isinstance(row, dict):
+        raise data_error(path, "expected a JSON object", line)
+      if keys["text_a"] not in row:
+        raise data_error(path, f"missing column {json.dumps(keys['text_a'])} for text_a "
+                         f"(keys: {', '.join(row)}; --text_a names another)", line)
+      for role in ("text_a", "text_b"):
+        if role in keys and row.get(keys[role]) is not None and not isinstance(
+            row[keys[role]], str):
+          raise data_error(path, f"{role} must be a string, got "
+                           f"{json.dumps(row[keys[role]])}", line)
+      label = None  # no label key: an unlabelled row; a null or "" label: a blank one
+      if keys.get("label") in row:
+        label = "" if row[keys["label"]] is None else row[keys["label"]]
+      yield Row(line, row.get(keys["id"], count) if "id" in keys else count,
+                text_a=row[keys["text_a"]], text_b=row.get(keys.get("text_b")) or None,
+                label=label, fields=row)
+      count += 1
+
+
+def check_input(path: str) -> None:
+  """A one-line error for an input that is not there or of no known format."""
   if not os.path.isfile(path):
     raise FileNotFoundError(f"input file not found: {path}")
+  ext = os.path.splitext(path)[1]
+  if ext not in (".txt", ".conll", *TABLES):
+    raise ValueError(f"{path}: unknown input format {ext or '(none)'} (known: .txt, .csv, "
+                     ".tsv, .jsonl; tagging also .conll)")
+
+
+def iter_rows(path: str, definition: Mapping[str, Any], given: Mapping[str, Any]
+              ) -> Iterator[Row]:
+  """The rows of ``path`` for the task ``definition`` (see the module docstring), one at a
+  time; a bad file or row is a one-line error naming it (and the line)."""
+  check_input(path)
   cols = columns(definition, given)
   kind, ext = definition["kind"], os.path.splitext(path)[1]
   if kind == "tagging" and (ext in (".conll", ".jsonl") or ext == ".txt" and _looks_conll(path)):
-    rows = _read_tagged(path, cols)
-  elif ext == ".txt":
-    rows = _read_text(path, kind == "tagging")
-  elif ext in TABLES:
-    roles = {r: cols[r] for r in ("text_a", "text_b", "label", "id")}
-    optional = ("id", "label", "text_b")
-    records = read_records(path, roles, optional, cols["header"])
-    rows = [Row(r.line, r.values.get("id") if r.values.get("id") is not None else i,
-                text_a=r.values["text_a"], text_b=r.values.get("text_b") or None,
-                label=r.values.get("label")) for i, r in enumerate(records)]
-  else:
-    raise ValueError(f"{path}: unknown input format {ext or '(none)'} (known: .txt, .csv, "
-                     ".tsv, .jsonl; tagging also .conll)")
+    return _tagged_rows(path, cols)
+  if ext == ".txt":
+    return _text_rows(path, kind == "tagging")
+  if ext == ".jsonl":
+    return _json_rows(path, cols)
+  if ext in TABLES:
+    return _delimited_rows(path, cols)
+  raise ValueError(f"{path}: unknown input format {ext or '(none)'} (known: .txt, .csv, .tsv, "
+                   ".jsonl; tagging also .conll)")
+
+
+def read_rows(path: str, definition: Mapping[str, Any], given: Mapping[str, Any]) -> list[Row]:
+  """All the rows of ``path`` (``iter_rows``); none is a one-line error."""
+  rows = list(iter_rows(path, definition, given))
   if not rows:
     raise ValueError(f"{path}: no rows to predict")
   return rows
+
+
+def check_label(path: str, definition: Mapping[str, Any], row: Row) -> Any:
+  """The row's label as the scorer wants it (``task_outputs.gold_ids``); a blank or unknown
+  one is a one-line ValueError naming the file and line."""
+  if row.label is None or isinstance(row.label, str) and not row.label.strip():
+    raise ValueError(f"{path}:{row.line}: blank label (every row of a labelled file needs "
+                     "one; leave the column out, or --label names another, to predict "
+                     "without scoring)")
+  try:
+    return task_outputs.gold_ids(definition, row.label)
+  except (ValueError, TypeError) as e:
+    why = f"label {row.label!r} is not a number" if definition["kind"] == "regression" else e
+    raise ValueError(f"{path}:{row.line}: {why}") from None
+
+
+@dataclasses.dataclass
+class RowCheck:
+  """What ``check_rows`` found: rows (up to ``max_rows``), labelled rows, the first row."""
+
+  rows: int
+  labelled: int
+  first: Row
+  fields: list[str]  # the input's columns: every row's, in first-seen order
+
+
+def check_rows(path: str, definition: Mapping[str, Any], given: Mapping[str, Any],
+               max_rows: int | None = None) -> RowCheck:
+  """Reads ``path`` once (the first ``max_rows``) and checks every row, before any model
+  loads: columns, texts and labels (a labelled file's labels all known to the model)."""
+  rows = labelled = 0
+  first = None
+  fields: dict[str, None] = {}
+  for row in iter_rows(path, definition, given):
+    if max_rows and rows >= max_rows:
+      break
+    first = first or row
+    fields.update(dict.fromkeys(row.fields))
+    if row.label is not None:
+      check_label(path, definition, row)
+      labelled += 1
+    rows += 1
+  if first is None:
+    raise ValueError(f"{path}: no rows to predict")
+  return RowCheck(rows, labelled, first, list(fields))
 
 
 def _looks_conll(path: str) -> bool:
@@ -124,41 +266,3 @@ def _looks_conll(path: str) -> bool:
   with open(path, encoding="utf-8-sig") as f:
     lines = [line.split() for line, _ in zip(f, range(50), strict=False) if line.strip()]
   return bool(lines) and all(2 <= len(fields) <= 4 for fields in lines)
-
-
-def _table_row(row: Row, prediction: Mapping[str, Any]) -> dict[str, Any]:
-  out: dict[str, Any] = {"id": row.id}
-  if "label" in prediction:
-    out.update(prediction=prediction["label"], probability=prediction["probability"])
-    out.update({f"p({label})": p for label, p in prediction["probabilities"].items()})
-  elif "score" in prediction:
-    out["prediction"] = prediction["score"]
-  else:
-    out["prediction"] = " ".join(prediction["tags"])
-  return out
-
-
-def write_predictions(path: str, rows: Sequence[Row], predictions: Sequence[Mapping[str, Any]]
-                      ) -> str:
-  """One prediction per row into ``path`` (``.jsonl``, ``.tsv`` or ``.csv``), atomically."""
-  ext = os.path.splitext(path)[1]
-  if ext not in OUTPUTS:
-    raise ValueError(f"--output {path}: unknown format {ext or '(none)'} (known: "
-                     f"{', '.join(OUTPUTS)})")
-  if ext == ".jsonl":
-    lines = []
-    for row, prediction in zip(rows, predictions, strict=True):
-      texts = ({"words": row.words} if row.words is not None else
-               {"text_a": row.text_a, **({"text_b": row.text_b} if row.text_b else {})})
-      lines.append(json.dumps({"id": row.id, **texts, **prediction}, ensure_ascii=False))
-    text = "\n".join(lines) + "\n"
-  else:
-    table = [_table_row(r, p) for r, p in zip(rows, predictions, strict=True)]
-    buffer = io.StringIO()
-    writer = csv.DictWriter(buffer, list(table[0]), delimiter="\t" if ext == ".tsv" else ",",
-                            lineterminator="\n")
-    writer.writeheader()
-    writer.writerows(table)
-    text = buffer.getvalue()
-  atomic_io.write_text(path, text)
-  return path

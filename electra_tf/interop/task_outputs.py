@@ -28,9 +28,19 @@ def featurize(tokenizer: Any, kind: str, max_seq_length: int, text_a: str | None
   """One row's inputs as ``run_finetuning.py`` builds them: [max_seq_length] int lists
   ``input_ids``, ``input_mask``, ``segment_ids`` (tagging: also ``labeled_positions`` and
   ``n_words``, the words that fit)."""
+  return featurize_row(tokenizer, kind, max_seq_length, text_a, text_b, words)[0]
+
+
+def featurize_row(tokenizer: Any, kind: str, max_seq_length: int, text_a: str | None = None,
+                  text_b: str | None = None, words: Sequence[str] | None = None
+                  ) -> tuple[dict[str, Any], bool]:
+  """(``featurize``'s inputs, whether the row was cut to fit ``max_seq_length``: tokens of
+  its texts dropped, or words of a tagging row left untagged)."""
   if kind == "tagging":
-    return word_features(tokenizer, words, max_seq_length)
-  return sentence_features(tokenizer, text_a, text_b or None, max_seq_length)[0]
+    features = word_features(tokenizer, words, max_seq_length)
+    return features, features["n_words"] < len(words)
+  features, n_tokens = sentence_features(tokenizer, text_a, text_b or None, max_seq_length)
+  return features, n_tokens > max_seq_length
 
 
 def label_values(definition: Mapping[str, Any]) -> list[Any]:
