@@ -94,7 +94,12 @@ class ModelRunner:
     trainer = training.Trainer(self.strategy, model, optimizer, settings, step_fn=step_fn,
                                init_fn=self._init_weights, log_fn=log)
     # Seeded: a resumed run continues the uninterrupted data stream (consumed records skipped).
-    consumed = trainer.restore_or_initialize() * c.train_batch_size if seeded else 0
+    try:
+      start = trainer.restore_or_initialize()
+    except training.NonFiniteCheckpointError as e:  # fine-tuning has no --restart
+      raise e.with_advice(f"to train this trial afresh, move its folder {self.model_dir} "
+                          "aside (or delete it) and rerun") from None
+    consumed = start * c.train_batch_size if seeded else 0
 
     def dataset_fn(ctx):
       batch = ctx.get_per_replica_batch_size(c.train_batch_size)
