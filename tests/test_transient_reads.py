@@ -7,6 +7,7 @@ the non-finite error says how to start afresh in each entry point.
 from __future__ import annotations
 
 import hashlib
+import json
 import os
 import pathlib
 import shutil
@@ -15,7 +16,8 @@ import sys
 
 import pytest
 import tensorflow as tf
-from helpers import procs, read_faults, toy_train
+from helpers import pretrain_data, procs, read_faults, toy_train
+from helpers.paths import GOLDEN, REPO_ROOT
 
 from electra_tf import checkpoints, training
 from electra_tf.training import checkpoint_files, checkpointing
@@ -254,7 +256,6 @@ def test_two_workers_stop_when_one_cannot_read_the_checkpoint(trained, tmp_path)
 
 
 def _two_worker_tf_configs() -> list[str]:
-  from helpers import pretrain_data
   return pretrain_data.two_worker_tf_configs()
 
 
@@ -283,3 +284,53 @@ def _poison(prefix: pathlib.Path) -> None:
   ckpt.restore(str(prefix)).assert_existing_objects_matched()
   model.head.kernel.assign(model.head.kernel * float("nan"))
   ckpt.write(str(prefix))
+
+
+# ----- the entry point, for real ---------------------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def pretrain_dir(tmp_path_factory, data_dir, vocab_file) -> pathlib.Path:
+  """data_dir in the official layout: vocab.txt + pretrain_tfrecords/ from real text."""
+  return pretrain_data.build_data_dir(
+      tmp_path_factory.mktemp("transient"), vocab_file,
+      {"emma.txt": (data_dir / "gutenberg" / "austen-emma.txt", 30000)})
+
+
+def _pretrain(data_dir: pathlib.Path, faults: int) -> subprocess.Popen:
+  hparams = {"model_hparam_overrides": {"hidden_size": 64, "num_hidden_layers": 2},
+             "embedding_size": 64, "max_seq_length": 32, "train_batch_size": 8,
+             "num_train_steps": 2, "save_checkpoints_steps": 1, "num_warmup_steps": 1,
+             "seed": 3, "vocab_size": pretrain_data.vocab_size(GOLDEN / "vocab.txt")}
+  return subprocess.Popen(
+      [sys.executable, read_faults.__file__, str(faults), str(REPO_ROOT / "run_pretraining.py"),
+       "--data_dir", str(data_dir), "--model_name", "m", "--hparams", json.dumps(hparams)],
+      cwd=REPO_ROOT, env=ENV, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+
+
+@pytest.mark.slow
+def test_run_pretraining_retries_a_503_and_stops_in_one_line_if_it_persists(pretrain_dir):
+  model_dir = pretrain_dir / "models" / "m"
+  first = _pretrain(pretrain_dir, 0)
+  log = procs.finish(first, timeout=300)
+  assert first.returncode == 0, log[-3000:]
+  checkpoints_before = {k: v for k, v in _digests(model_dir).items()
+                        if k.startswith("ckpt-") or k == "checkpoint"}
+  assert "ckpt-2.index" in checkpoints_before
+
+  stuck = _pretrain(pretrain_dir, -1)
+  log = procs.finish(stuck, timeout=300)
+  assert stuck.returncode == 1 and "Traceback" not in log, log[-3000:]
+  assert log.strip().splitlines()[-1] == (
+      f"run_pretraining.py: error: CheckpointUnavailableError: checkpoint {model_dir}/ckpt-2 "
+      f"could not be read in 5 tries over 0 s (UnavailableError: {read_faults.MESSAGE}); "
+      "nothing was moved; rerun when the storage answers")
+  after = _digests(model_dir)
+  assert {k: after.get(k) for k in checkpoints_before} == checkpoints_before
+  assert not list(model_dir.glob("*.rejected*"))
+
+  flaky = _pretrain(pretrain_dir, 2)  # two 503s, then the storage answers
+  log = procs.finish(flaky, timeout=300)
+  assert flaky.returncode == 0 and "Warning" not in log, log[-3000:]
+  assert f"Restored {model_dir}/ckpt-2 at step 2" in log and "not training" in log
+  assert not list(model_dir.glob("*.rejected*"))
