@@ -14,6 +14,7 @@ import shutil
 import subprocess
 import sys
 
+import numpy as np
 import pytest
 import tensorflow as tf
 from helpers import pretrain_data, procs, read_faults, toy_train
@@ -334,3 +335,58 @@ def test_run_pretraining_retries_a_503_and_stops_in_one_line_if_it_persists(pret
   assert flaky.returncode == 0 and "Warning" not in log, log[-3000:]
   assert f"Restored {model_dir}/ckpt-2 at step 2" in log and "not training" in log
   assert not list(model_dir.glob("*.rejected*"))
+
+
+def _poison_any(prefix: str) -> None:
+  """Rewrites the TF2 checkpoint `prefix` (any model) with NaN in its first float tensor of
+  more than one value, its checksums recomputed."""
+  reader = tf.train.load_checkpoint(prefix)
+  dtypes = reader.get_variable_to_dtype_map()
+  names = sorted(dtypes)
+  values = {n: reader.get_tensor(n) for n in names}
+  target = next(n for n in names if dtypes[n].is_floating and np.size(values[n]) > 1)
+  values[target] = values[target] * np.nan
+  tf.raw_ops.SaveV2(prefix=prefix, tensor_names=names, shape_and_slices=[""] * len(names),
+                    tensors=[tf.constant(values[n], dtype=dtypes[n]) for n in names])
+
+
+@pytest.mark.slow
+def test_run_finetuning_says_how_to_train_a_trial_afresh_and_that_works(data_dir, vocab_file,
+                                                                        tmp_path):
+  task_dir = tmp_path / "finetuning_data" / "rte"
+  task_dir.mkdir(parents=True)
+  for split in ("train", "dev"):
+    shutil.copy(data_dir / "glue" / "RTE" / f"{split}.tsv", task_dir / f"{split}.tsv")
+  hparams = {"model_hparam_overrides": {"hidden_size": 64, "num_hidden_layers": 2},
+             "embedding_size": 64, "max_seq_length": 32, "train_batch_size": 8,
+             "init_checkpoint": None, "seed": 3, "vocab_file": vocab_file,
+             "vocab_size": pretrain_data.vocab_size(vocab_file), "task_names": ["rte"],
+             "iterations_per_loop": 5, "num_train_epochs": 1.0, "do_eval": False}
+
+  def finetune() -> tuple[int, str]:
+    proc = subprocess.Popen(
+        [sys.executable, str(REPO_ROOT / "run_finetuning.py"), "--data_dir", str(tmp_path),
+         "--model_name", "m", "--hparams", json.dumps(hparams)],
+        cwd=REPO_ROOT, env=ENV, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    log = procs.finish(proc, timeout=300)
+    return proc.returncode, log
+
+  code, log = finetune()
+  assert code == 0, log[-3000:]
+  models = tmp_path / "models" / "m" / "finetuning_models"
+  trial, record = models / "rte_model_1", models / "rte_model_trials" / "trial_1.json"
+  (final,) = checkpoint_files.complete_checkpoints(str(trial))
+  _poison_any(final)
+  record.rename(tmp_path / "record.json")  # as if killed before its record was written
+  code, log = finetune()
+  assert code == 1 and "Traceback" not in log, log[-3000:]
+  line = log.strip().splitlines()[-1]
+  assert line.startswith(f"run_finetuning.py: error: checkpoint {final} holds NaN or Inf "
+                         "values (variable "), log[-3000:]
+  assert line.endswith(f"and no older checkpoint is usable; to train this trial afresh, move its "
+                       f"folder {trial} and its record {record} (if there is one) aside, then "
+                       "rerun") and "--restart" not in line
+  trial.rename(tmp_path / "aside")  # what it says
+  code, log = finetune()
+  assert code == 0 and f"Saved {trial}/ckpt-15\n" in log and record.is_file(), log[-3000:]
+  assert "Restored" not in log  # trained afresh

@@ -97,8 +97,10 @@ class ModelRunner:
     try:
       start = trainer.restore_or_initialize()
     except training.NonFiniteCheckpointError as e:  # fine-tuning has no --restart
-      raise e.with_advice(f"to train this trial afresh, move its folder {self.model_dir} "
-                          "aside (or delete it) and rerun") from None
+      trial = self.model_dir[len(c.model_dir) + 1:]  # the folder is <model_dir>_<trial>
+      record = os.path.join(f"{c.model_dir}_trials", f"trial_{trial}.json")
+      raise e.with_advice(f"to train this trial afresh, move its folder {self.model_dir} and "
+                          f"its record {record} (if there is one) aside, then rerun") from None
     consumed = start * c.train_batch_size if seeded else 0
 
     def dataset_fn(ctx):
