@@ -11,11 +11,13 @@ save at that step overwrites; start-up deletes every `ckpt-<N>_temp/` folder (ne
 The checkpoint resumed from is the newest complete one on disk (index and every data shard
 present), whatever the `checkpoint` state file says: a state file deleted or naming files
 deleted by hand is rewritten, with one line, never a restart from step 0 over older
-checkpoints (checkpoint_files.py). A checkpoint whose files cannot be read, or whose values
-hold NaN or Inf, is moved aside on resume (`checkpoint_files.reject`: kept in
+checkpoints (checkpoint_files.py). A checkpoint whose files prove damaged (checkpoints.is_damage),
+or whose values hold NaN or Inf, is moved aside on resume (`checkpoint_files.reject`: kept in
 `ckpt-<N>.rejected/`, never counted again), with a warning, for the newest older one that is
-usable; the training loop never writes a checkpoint holding NaN or Inf. A failed save (e.g. a
-full disk) deletes its partial files and leaves the previous checkpoint as the latest.
+usable; any other read error (a 503, a timeout) is retried, then stops the run and moves
+nothing. All workers must restore the same step. The training loop never writes a checkpoint
+holding NaN or Inf. A failed save (e.g. a full disk) deletes its partial files and leaves the
+previous checkpoint as the latest.
 """
 
 from __future__ import annotations
