@@ -1,6 +1,5 @@
-"""Transient checkpoint read errors, as a cloud bucket gives them: a 503 on `Checkpoint.restore`.
-
-In a test: `install(n)`. Around a script, in a real subprocess:
+"""Transient checkpoint read errors, as a cloud bucket gives them: a 503 on `Checkpoint.restore`,
+around a script run in a real subprocess:
 
     python tests/helpers/read_faults.py N SCRIPT [ARGS...]
 
