@@ -16,7 +16,9 @@ import dataclasses
 import json
 import os
 import re
-from collections.abc import Iterable, Iterator, Mapping
+import time
+from collections.abc import Callable, Iterable, Iterator, Mapping
+from typing import TypeVar
 
 import numpy as np
 import tensorflow as tf
@@ -52,23 +54,104 @@ def tf_error_summary(error: BaseException) -> str:
 
 
 class CorruptCheckpointError(ValueError):
-  """A checkpoint's files exist but cannot be read (truncated data file, damaged index)."""
+  """A checkpoint's files exist but are damaged (truncated data file, damaged index, a checksum
+  that does not match): proof that it cannot be read, ever."""
+
+
+class CheckpointUnavailableError(RuntimeError):
+  """A checkpoint could not be read for a reason that is not damage (storage unavailable, a
+  timeout, a permission, a file gone): nothing is moved or deleted; a rerun may read it."""
+
+
+# Damage that TensorFlow reports as a generic error (the checkpoint reader's errors all carry
+# code UNKNOWN): a truncated, empty or garbled index (an SSTable), a checksum mismatch.
+_DAMAGE = re.compile(r"sstable|bad magic|checksum|corrupted|bad block|bad entry|truncated "
+                     r"(block|record)|read less bytes", re.IGNORECASE)
+# The bundle reader wraps every error reading an index, a 503 too, in this sentence.
+_WRAPPER = re.compile(r"Perhaps the file is corrupt or was produced by a newer version of "
+                      r"TensorFlow with format changes")
+# Seconds to wait before each retry of a read that failed without proof of damage; the
+# environment variable (comma-separated seconds, e.g. "1,2,4,8,16") overrides it.
+READ_RETRY_DELAYS = (0.5, 1.0, 2.0, 4.0)
+READ_RETRY_ENV = "ELECTRA_CHECKPOINT_READ_RETRY_SECS"
+
+
+def is_damage(error: BaseException) -> bool:
+  """Whether a read error proves the checkpoint's files are damaged (truncated, garbled, a
+  checksum mismatch), as opposed to a transient or access error that a retry may cure."""
+  if isinstance(error, IndexError | tf.errors.DataLossError | tf.errors.OutOfRangeError):
+    return True  # OutOfRange / IndexError: "Read less bytes than requested", a short file
+  if not isinstance(error, tf.errors.OpError):
+    return False
+  text = _WRAPPER.sub("", getattr(error, "message", None) or str(error))
+  return bool(_DAMAGE.search(text))
+
+
+def _cause(error: BaseException) -> str:
+  """``UnavailableError: HTTP 503`` (the type only where it says more than OpError)."""
+  name = type(error).__name__
+  summary = tf_error_summary(error)
+  return summary if name in ("OpError", "IndexError") else f"{name}: {summary}"
 
 
 @contextlib.contextmanager
 def reading(prefix: str) -> Iterator[None]:
-  """Turns TensorFlow's read errors inside the block into a one-line CorruptCheckpointError.
-
-  A truncated data file surfaces as IndexError ("Read less bytes than requested"), a damaged
-  index as an OpError ("not an sstable"); neither names the checkpoint.
+  """Turns TensorFlow's read errors inside the block into one-line errors naming the checkpoint:
+  CorruptCheckpointError on proof of damage (see is_damage), CheckpointUnavailableError for
+  any other read error (OpError, OSError). InvalidArgumentError (a shape or dtype mismatch,
+  the caller's) passes through.
   """
   try:
     yield
   except tf.errors.InvalidArgumentError:  # a mismatch (shape, dtype), not damage: the caller's
     raise
-  except (tf.errors.OpError, IndexError) as e:
-    raise CorruptCheckpointError(f"checkpoint {prefix} is corrupt or truncated "
-                                 f"(TensorFlow: {tf_error_summary(e)})") from None
+  except (tf.errors.OpError, IndexError, OSError) as e:
+    if is_damage(e):
+      raise CorruptCheckpointError(f"checkpoint {prefix} is corrupt or truncated "
+                                   f"(TensorFlow: {tf_error_summary(e)})") from None
+    raise CheckpointUnavailableError(
+        f"checkpoint {prefix} could not be read ({_cause(e)}); nothing was moved; rerun when "
+        "the storage answers") from None
+
+
+def read_retry_delays() -> tuple[float, ...]:
+  """The waits before each retry of a failed checkpoint read (READ_RETRY_ENV overrides)."""
+  text = os.environ.get(READ_RETRY_ENV)
+  if text is None:
+    return READ_RETRY_DELAYS
+  try:
+    delays = tuple(float(t) for t in text.split(",") if t.strip())
+  except ValueError:
+    delays = (-1.0,)
+  if any(not d >= 0 for d in delays):
+    raise ValueError(f"{READ_RETRY_ENV}={text!r}: expected comma-separated seconds >= 0, "
+                     "e.g. 0.5,1,2,4")
+  return delays
+
+
+T = TypeVar("T")
+
+
+def read_retried(prefix: str, read: Callable[[], T]) -> T:
+  """``read()`` inside ``reading(prefix)``, tried again after each of read_retry_delays() while
+  it fails without proof of damage (e.g. a cloud bucket's 503): CorruptCheckpointError at
+  once, CheckpointUnavailableError (saying how often it was tried) if every try failed."""
+  delays = read_retry_delays()
+  for delay in delays:
+    try:
+      with reading(prefix):
+        return read()
+    except CheckpointUnavailableError:
+      time.sleep(delay)
+  try:
+    with reading(prefix):
+      return read()
+  except CheckpointUnavailableError as e:
+    if not delays:
+      raise
+    tries = f"{len(delays) + 1} tries over {sum(delays):g} s"
+    message = str(e).replace(" could not be read (", f" could not be read in {tries} (", 1)
+    raise CheckpointUnavailableError(message) from None
 
 
 def _refuse_other_hf_model(folder: str) -> None:

@@ -94,7 +94,14 @@ class ModelRunner:
     trainer = training.Trainer(self.strategy, model, optimizer, settings, step_fn=step_fn,
                                init_fn=self._init_weights, log_fn=log)
     # Seeded: a resumed run continues the uninterrupted data stream (consumed records skipped).
-    consumed = trainer.restore_or_initialize() * c.train_batch_size if seeded else 0
+    try:
+      start = trainer.restore_or_initialize()
+    except training.NonFiniteCheckpointError as e:  # fine-tuning has no --restart
+      trial = self.model_dir[len(c.model_dir) + 1:]  # the folder is <model_dir>_<trial>
+      record = os.path.join(f"{c.model_dir}_trials", f"trial_{trial}.json")
+      raise e.with_advice(f"to train this trial afresh, move its folder {self.model_dir} and "
+                          f"its record {record} (if there is one) aside, then rerun") from None
+    consumed = start * c.train_batch_size if seeded else 0
 
     def dataset_fn(ctx):
       batch = ctx.get_per_replica_batch_size(c.train_batch_size)

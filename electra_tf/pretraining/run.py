@@ -47,7 +47,11 @@ def train_or_eval(config: Any, strategy: Any = None, jit_compile: bool = False,
   run = task.build_run(config, strategy, jit_compile, mixed_precision, peak_flops, log_fn)
   data_check.check_data(config.pretrain_tfrecords, config.max_seq_length, config.vocab_size,
                         check=check_data, log_fn=log_fn)  # after build_run's setup checks
-  start = run.trainer.restore_or_initialize()
+  try:
+    start = run.trainer.restore_or_initialize()
+  except training.NonFiniteCheckpointError as e:
+    raise e.with_advice("rerun with --restart to start afresh (it moves the model folder "
+                        "aside)") from None
   results: dict[str, dict[str, float]] = {"start": {"global_step": start}}
   run_settings.write_full_config(config, run.trainer.is_chief)
   if probe is not None and config.do_train:

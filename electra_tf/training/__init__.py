@@ -1,7 +1,13 @@
 """Strategy-agnostic training: setup (runtime), checkpoints, the loop, progress reporting."""
 
 from electra_tf.training.checkpoint_files import latest_checkpoint
-from electra_tf.training.checkpointing import CheckpointSaveError, ModelDirError, check_model_dir
+from electra_tf.training.checkpointing import (
+  CheckpointSaveError,
+  ModelDirError,
+  NonFiniteCheckpointError,
+  RestoreDisagreementError,
+  check_model_dir,
+)
 from electra_tf.training.errors import InputDataError, NonFiniteLossError
 from electra_tf.training.interrupt import Interrupted
 from electra_tf.training.loop import Trainer, model_step_fn
@@ -16,7 +22,8 @@ from electra_tf.training.runtime import (
 from electra_tf.training.settings import TrainSettings
 
 __all__ = [
-    "CheckpointSaveError", "InputDataError", "Interrupted", "ModelDirError", "NonFiniteLossError",
+    "CheckpointSaveError", "InputDataError", "Interrupted", "ModelDirError",
+    "NonFiniteCheckpointError", "NonFiniteLossError", "RestoreDisagreementError",
     "TrainSettings", "Trainer",
     "check_model_dir", "get_strategy", "latest_checkpoint", "model_step_fn", "secs_to_str",
     "set_mixed_precision_policy", "set_seed", "worker_role", "wrap_optimizer", "write_results",

@@ -24,9 +24,32 @@ _INDEX_RE = re.compile(r"^ckpt-(\d+)\.index$")
 _SHARD_RE = re.compile(r"\.data-\d+-of-(\d+)$")
 
 
+# A TensorFlow index file is an SSTable: a 48-byte footer ending in this magic number
+# (little-endian); an index cut short by a crash or a copy in place does not end in it.
+_TABLE_MAGIC = (0xdb4775248b80fb57).to_bytes(8, "little")
+_FOOTER_BYTES = 48
+
+
+def index_is_whole(index_path: str) -> bool:
+  """Whether the index file ends in an SSTable footer (reads its last 8 bytes only); False for
+  an empty, short or garbled tail, or an index gone since it was listed. A read that keeps
+  failing otherwise raises CheckpointUnavailableError (a checkpoint is never dropped for it)."""
+  def tail() -> bytes | None:
+    try:
+      with tf.io.gfile.GFile(index_path, "rb") as f:
+        size = f.size()
+        if size < _FOOTER_BYTES:
+          return None
+        f.seek(size - len(_TABLE_MAGIC))
+        return f.read(len(_TABLE_MAGIC))
+    except tf.errors.NotFoundError:
+      return None
+  return checkpoints.read_retried(index_path[:-len(".index")], tail) == _TABLE_MAGIC
+
+
 def complete_checkpoints(model_dir: str) -> list[str]:
-  """Prefixes of this loop's complete `ckpt-<N>` in model_dir (index and every data shard),
-  newest first."""
+  """Prefixes of this loop's complete `ckpt-<N>` in model_dir (an index ending in its footer,
+  and every data shard), newest first."""
   try:
     names = tf.io.gfile.listdir(model_dir)
   except (tf.errors.NotFoundError, tf.errors.FailedPreconditionError, OSError):
@@ -40,7 +63,8 @@ def complete_checkpoints(model_dir: str) -> list[str]:
     stem = name[:-len(".index")]
     shards = [n for n in names if n.startswith(stem + ".data-")]
     counts = {int(c.group(1)) for c in map(_SHARD_RE.search, shards) if c}
-    if len(counts) == 1 and len(shards) == counts.pop():
+    if (len(counts) == 1 and len(shards) == counts.pop()
+        and index_is_whole(os.path.join(model_dir, name))):
       found.append((int(m.group(1)), os.path.join(model_dir, stem)))
   return [p for _, p in sorted(found, reverse=True)]
 
@@ -53,18 +77,24 @@ def latest_checkpoint(model_dir: str) -> str | None:
 
 def unusable(prefix: str) -> str | None:
   """Why the checkpoint at ``prefix`` cannot be resumed from, read from its files alone (no
-  model needed), worded as a resume's rejection is: a tensor that does not read back (a
-  truncated or damaged file) or a floating-point one holding NaN or Inf; None if usable."""
+  model needed), worded as a resume's rejection is: a tensor that does not read back (proof of
+  damage: a truncated or garbled file, a checksum) or a floating-point one holding NaN or Inf;
+  None if usable. A read that fails otherwise (storage unavailable, a timeout, a permission)
+  is retried (checkpoints.read_retried), then raises CheckpointUnavailableError: that is no
+  reason to set the checkpoint aside."""
+  def first_non_finite() -> str | None:
+    reader = tf.train.load_checkpoint(prefix)
+    for name in sorted(reader.get_variable_to_shape_map()):
+      value = np.asarray(reader.get_tensor(name))  # the object graph is bytes
+      if value.dtype.kind == "f" and not np.isfinite(value).all():
+        return name
+    return None
+
   try:
-    with checkpoints.reading(prefix):
-      reader = tf.train.load_checkpoint(prefix)
-      for name in sorted(reader.get_variable_to_shape_map()):
-        value = np.asarray(reader.get_tensor(name))  # the object graph is bytes
-        if value.dtype.kind == "f" and not np.isfinite(value).all():
-          return f"checkpoint {prefix} holds NaN or Inf values ({name})"
+    name = checkpoints.read_retried(prefix, first_non_finite)
   except checkpoints.CorruptCheckpointError as e:
     return str(e)
-  return None
+  return None if name is None else f"checkpoint {prefix} holds NaN or Inf values ({name})"
 
 
 def write_state_file(model_dir: str) -> None:

@@ -11,11 +11,13 @@ save at that step overwrites; start-up deletes every `ckpt-<N>_temp/` folder (ne
 The checkpoint resumed from is the newest complete one on disk (index and every data shard
 present), whatever the `checkpoint` state file says: a state file deleted or naming files
 deleted by hand is rewritten, with one line, never a restart from step 0 over older
-checkpoints (checkpoint_files.py). A checkpoint whose files cannot be read, or whose values
-hold NaN or Inf, is moved aside on resume (`checkpoint_files.reject`: kept in
+checkpoints (checkpoint_files.py). A checkpoint whose files prove damaged (checkpoints.is_damage),
+or whose values hold NaN or Inf, is moved aside on resume (`checkpoint_files.reject`: kept in
 `ckpt-<N>.rejected/`, never counted again), with a warning, for the newest older one that is
-usable; the training loop never writes a checkpoint holding NaN or Inf. A failed save (e.g. a
-full disk) deletes its partial files and leaves the previous checkpoint as the latest.
+usable; any other read error (a 503, a timeout) is retried, then stops the run and moves
+nothing. All workers must restore the same step. The training loop never writes a checkpoint
+holding NaN or Inf. A failed save (e.g. a full disk) deletes its partial files and leaves the
+previous checkpoint as the latest.
 
 Durable on a local model_dir: a save returns once the new checkpoint's files and the folder are
 fsynced (before TensorFlow rewrites the state file and deletes the checkpoints beyond
@@ -28,6 +30,7 @@ it deletes anything there, until the process ends.
 
 from __future__ import annotations
 
+import functools
 import glob
 import os
 import shutil
@@ -108,7 +111,21 @@ def non_finite_variable(variables: list[tf.Variable]) -> str | None:
 
 
 class NonFiniteCheckpointError(ValueError):
-  """Every checkpoint in model_dir holds NaN or Inf values."""
+  """Every checkpoint in model_dir holds NaN or Inf values (or the older ones do not read).
+
+  ``problem`` says what is wrong with the oldest one, ``model_dir`` where they are; the
+  message ends with how to start afresh, which an entry point may replace with its own
+  (``with_advice``: e.g. a flag that does it).
+  """
+
+  def __init__(self, problem: str, model_dir: str, advice: str | None = None):
+    self.problem, self.model_dir = problem, model_dir
+    self.advice = advice or f"to start afresh, move {model_dir} aside and rerun"
+    super().__init__(f"{problem}, and no older checkpoint is usable; {self.advice}")
+
+  def with_advice(self, advice: str) -> NonFiniteCheckpointError:
+    """The same error, ending with ``advice`` (how to start afresh) instead."""
+    return NonFiniteCheckpointError(self.problem, self.model_dir, advice)
 
 
 def restore_readable(checkpoint: tf.train.Checkpoint, model_dir: str,
@@ -116,19 +133,20 @@ def restore_readable(checkpoint: tf.train.Checkpoint, model_dir: str,
                      rejected: list[tuple[str, str, str]] | None = None):
   """Restores the newest checkpoint of model_dir whose files read and whose values are finite.
 
-  Returns (prefix, load status), or (None, None) without a checkpoint. A corrupt one
-  (truncated data file, damaged index), or one after whose restore `non_finite()` names a
-  variable holding NaN or Inf, is skipped for the next older one and appended to `rejected`
-  as (prefix, what is wrong, the next older prefix); CorruptCheckpointError /
-  NonFiniteCheckpointError if none is usable (the oldest is not appended). Reads only.
+  Returns (prefix, load status), or (None, None) without a checkpoint. A corrupt one (proof of
+  damage: a truncated data file, a damaged index, a checksum), or one after whose restore
+  `non_finite()` names a variable holding NaN or Inf, is skipped for the next older one and
+  appended to `rejected` as (prefix, what is wrong, the next older prefix);
+  CorruptCheckpointError / NonFiniteCheckpointError if none is usable (the oldest is not
+  appended). A read that fails without proof of damage (a 503, a timeout, a permission) is
+  retried, then raises CheckpointUnavailableError (checkpoints.read_retried). Reads only.
   """
   rejected = [] if rejected is None else rejected
   candidates = complete_checkpoints(model_dir)
   for i, path in enumerate(candidates):
     last = i + 1 == len(candidates)
     try:
-      with checkpoints.reading(path):
-        status = checkpoint.restore(path)
+      status = checkpoints.read_retried(path, functools.partial(checkpoint.restore, path))
     except checkpoints.CorruptCheckpointError as e:
       if last:
         raise
@@ -139,11 +157,25 @@ def restore_readable(checkpoint: tf.train.Checkpoint, model_dir: str,
         return path, status
       problem = f"checkpoint {path} holds NaN or Inf values ({bad})"
       if last:
-        raise NonFiniteCheckpointError(
-            f"{problem}, and no older checkpoint is usable; rerun with --restart to start "
-            "afresh (the old files are moved aside)")
+        raise NonFiniteCheckpointError(problem, model_dir)
     rejected.append((path, problem, candidates[i + 1]))
   return None, None
+
+
+NO_CHECKPOINT, RESTORE_FAILED = -1, -2  # a worker's restored step when it is not a step
+
+
+class RestoreDisagreementError(RuntimeError):
+  """Workers restored different checkpoints (or some failed to): none of them may train."""
+
+  def __init__(self, model_dir: str, steps: list[int]):
+    def said(step: int) -> str:
+      return ("no checkpoint" if step == NO_CHECKPOINT else "its restore failed (see its "
+              "output)" if step == RESTORE_FAILED else f"ckpt-{step}")
+    workers = "; ".join(f"worker {i}: {said(step)}" for i, step in enumerate(steps))
+    super().__init__(f"the workers did not restore the same checkpoint of {model_dir} "
+                     f"({workers}); every worker stopped before training, nothing was moved; "
+                     "rerun once every worker sees the same files")
 
 
 def _remove_partial_save(save_dir: str, step: int, force: bool = False) -> None:
@@ -245,22 +277,35 @@ class CheckpointKeeper:
 
   def restore(self, warn: Callable[[str], None],
               non_finite: Callable[[], str | None] = lambda: None,
-              wait_for_workers: Callable[[], None] = lambda: None):
+              agree: Callable[[int], list[int]] = lambda step: [step]):
     """(prefix, status) of the newest usable checkpoint, or (None, None); see restore_readable.
 
-    Each checkpoint it rejects gets one warning line and is never counted again; the chief
-    moves it aside (`checkpoint_files.reject`), other workers only skip it. The move waits
-    for `wait_for_workers()` (a barrier under several workers): no worker still reads it.
+    `agree(step)` gives the restored step of every worker (NO_CHECKPOINT: none,
+    RESTORE_FAILED: the restore raised; a collective, so every worker calls it, also one whose
+    restore failed). A disagreement raises RestoreDisagreementError on every worker that
+    restored (the failed one raises its own error) and nothing is moved. Otherwise each
+    checkpoint the restore rejected gets one warning line and is never counted again; the
+    chief moves it aside (`checkpoint_files.reject`), once every worker has read (`agree`
+    is a barrier), other workers only skip it. A read error that is not damage
+    (CheckpointUnavailableError) moves nothing.
     """
     rejected: list[tuple[str, str, str]] = []
+    failure, path, status = None, None, None
     try:
       path, status = restore_readable(self.checkpoint, self.model_dir, non_finite, rejected)
-    finally:
-      wait_for_workers()
+    except Exception as e:  # noqa: BLE001 -- raised below, once every worker has said its step
+      failure = e
+    mine = RESTORE_FAILED if failure else NO_CHECKPOINT if path is None else step_of(path)
+    steps = agree(mine)
+    if len(set(steps)) > 1:
+      raise failure or RestoreDisagreementError(self.model_dir, steps)
+    if not isinstance(failure, checkpoints.CheckpointUnavailableError):
       for prefix, problem, previous in rejected:
         done = self._set_aside(prefix)
         warn(f"Warning: {problem}; {done + '; ' if done else ''}resuming from the previous "
              f"checkpoint {previous}")
+    if failure is not None:
+      raise failure
     if path is not None:
       self._ours.add(step_of(path))
     return path, status

@@ -92,6 +92,14 @@ def _build_optimizer(optimizer, variables: list[tf.Variable]) -> None:
   build(variables)
 
 
+def every_worker(strategy: tf.distribute.Strategy, value: int) -> list[int]:
+  """`value` as each worker of `strategy` gave it, in worker order (one all-gather through the
+  strategy: a collective every worker must call; a single worker gets `[value]`)."""
+  per_replica = strategy.run(lambda: tf.constant([value], tf.int64))
+  values = strategy.gather(per_replica, axis=0).numpy().tolist()
+  return values[::len(strategy.extended.worker_devices)]  # one replica per worker
+
+
 class Trainer:
   """Trains and evaluates a built model under `strategy`; see the module docstring.
 
@@ -156,14 +164,20 @@ class Trainer:
   def restore_or_initialize(self) -> int:
     """Restores the latest checkpoint in model_dir, else runs init_fn; returns the global step.
 
-    A checkpoint that does not read or holds NaN or Inf is moved aside with a warning for the
-    newest older one that is usable (checkpointing.restore_readable). init_fn may return a
+    A checkpoint that is damaged or holds NaN or Inf is moved aside with a warning for the
+    newest older one that is usable (checkpointing.restore_readable); a read error that is not
+    damage is retried, then stops the run, moving nothing. Every worker must have restored the
+    same step (`every_worker`), else all stop with one line. init_fn may return a
     step (e.g. that of the checkpoint it loaded): it becomes the global step, so training
     continues the schedule from there.
     """
-    path, status = self._keeper.restore(
-        self.log_fn, lambda: checkpointing.non_finite_variable(self._saved_variables),
-        self._saver.barrier if self._collective_stop else lambda: None)
+    try:
+      path, status = self._keeper.restore(
+          self.log_fn, lambda: checkpointing.non_finite_variable(self._saved_variables),
+          functools.partial(every_worker, self.strategy))
+    except Exception as e:
+      e.exit_at_once = self._collective_stop  # the other workers stop too: no teardown wait
+      raise
     if path is not None:
       try:
         status.assert_existing_objects_matched()
