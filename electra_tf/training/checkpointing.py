@@ -188,6 +188,7 @@ class CheckpointKeeper:
     if self.is_chief:
       notes = [f"Removed {p}, left by a save that was interrupted"
                for p in remove_stale_temp_dirs(self.model_dir)]
+      notes += checkpoint_files.finish_interrupted(self.model_dir)
       input_state.prune(self.model_dir, set(map(step_of, complete_checkpoints(self.model_dir))))
     check_model_dir(self.save_dir, bytes_per_checkpoint)
     if self.is_chief:
