@@ -55,7 +55,8 @@ def test_sst_as_csv_same_metrics_and_written_predictions(root, vocab_file):
   assert got["accuracy"] == want["accuracy"] and got["loss"] == want["loss"]
 
   # the test file holds the dev rows: its written predictions re-score to the dev metrics
-  with open(os.path.join(_test_dir(config), "movie_reviews_test_1_predictions.tsv"), newline="") as f:
+  written = os.path.join(_test_dir(config), "movie_reviews_test_1_predictions.tsv")
+  with open(written, newline="") as f:
     rows = list(csv.reader(f, delimiter="\t"))
   assert rows[0] == ["review_id", "review", "prediction"]
   assert [r[0] for r in rows[1:]] == [f"r{i}" for i in range(16)]

@@ -7,10 +7,13 @@ Finished work is kept, whatever stopped a run (a signal, SIGKILL, a crash, a pow
   first checkpoint) holds the settings it is trained with. A rerun with the same settings
   resumes it from its newest readable checkpoint (seeded: as if it had never stopped).
 - A trial trained, evaluated and with its test outputs written is recorded in
-  ``<model_dir>_trials/trial_<t>.json`` (settings, dev results, the test-output files it
-  wrote), written whole, then named. The record outlives the trial's folder (which
+  ``<model_dir>_trials/trial_<t>.json`` (settings, final step, dev results, the test-output
+  files it wrote), written whole, then named. The record outlives the trial's folder (which
   ``keep_all_models`` false deletes); a rerun reports the recorded results, in trial order, and
-  does not train the trial again.
+  does not train the trial again, unless the rerun keeps the trial's model and the folder does
+  not hold it at the final step, readable, ``tf1/`` included (then it trains again from its
+  newest usable checkpoint).
+- A record or a settings file that a power cut left empty: see ``_recover_damaged``.
 - The settings (``TrialBook.settings``): the hparams that change what a trial computes, the
   task data (``Preprocessor.data_key``: raw files, vocabulary, featurisation options), the
   identity of ``init_checkpoint`` and the trial's seed. A folder or record made with other
@@ -239,8 +242,13 @@ class TrialBook:
     problem = checkpoint_files.unusable(tf1)
     if problem:
       return f"its {problem}"
-    with checkpoints.reading(tf1):
-      tf1_step = int(tf.train.load_checkpoint(tf1).get_tensor(GLOBAL_STEP))
+    try:
+      with checkpoints.reading(tf1):
+        reader = tf.train.load_checkpoint(tf1)
+        tf1_step = (int(reader.get_tensor(GLOBAL_STEP))
+                    if reader.has_tensor(GLOBAL_STEP) else None)
+    except checkpoints.CorruptCheckpointError as e:
+      return f"its {e}"
     if tf1_step != step:
       return f"its {tf1} is at step {tf1_step}, not at step {step} as {latest}"
     return None
