@@ -171,6 +171,35 @@ def test_reruns_reuse_recorded_trials_and_move_aside_work_of_other_settings(
   got = _weights(folder)
   assert sorted(got) == sorted(want) and all(np.array_equal(got[k], want[k]) for k in want)
 
+  # again, but killed inside that set-aside, right after the index moved: the rerun takes no
+  # older checkpoint for the trial's model, finishes the set-aside and trains the trial again
+  data_file = next(folder.glob(f"{final.name}.data-*"))
+  data_file.write_bytes(data_file.read_bytes()[:data_file.stat().st_size // 2])
+
+  class Killed(Exception):
+    pass
+
+  def dying_rename(src, dst, *args, **kwargs):
+    rename(src, dst, *args, **kwargs)
+    raise Killed
+
+  rename = tf.io.gfile.rename
+  tf.io.gfile.rename = dying_rename
+  try:
+    with pytest.raises(Killed):
+      run(num_trials=2)
+  finally:
+    tf.io.gfile.rename = rename
+  assert data_file.exists() and not (folder / f"{final.name}.index").exists()
+  again, log = run(num_trials=2)
+  assert again == both
+  assert f"Finished setting {folder / final.name} aside into {folder / final.name}" in log, log
+  assert "Start training: model=m, trial 1/2" in log and "Trial 2/2 finished earlier" in log
+  assert {data_file.name, f"{final.name}.index"} <= {
+      p.name for p in (folder / f"{final.name}.rejected-2").iterdir()}
+  got = _weights(folder)
+  assert sorted(got) == sorted(want) and all(np.array_equal(got[k], want[k]) for k in want)
+
   # another learning rate: one line naming it, the old work moved aside, trained afresh
   _, log = run(num_trials=2, learning_rate=2e-4)
   lines = [line for line in log.splitlines() if line.startswith("Settings changed")]
@@ -224,8 +253,9 @@ def test_reruns_with_other_flags_do_what_the_flags_say(data_dir, vocab_file, tmp
   # num_trials 3 -> 2: trial 2 is now the last, whose model is kept: trained again
   results, trained, log = run(num_trials=2)
   assert results == first[:2] and trained == {2: 5}, log
-  assert re.search(r"^Trial 2/2 finished earlier, but its model is not in \S+movie_reviews_"
-                   r"model_2 \(.+\); training the trial again", log, re.M), log
+  assert re.search(r"^Trial 2/2 finished earlier, but its folder \S+movie_reviews_model_2 "
+                   r"holds no complete checkpoint \(.+\); training the trial again", log,
+                   re.M), log
   assert (models / "movie_reviews_model_2" / "tf1" / "model.ckpt.index").is_file()
 
   # keep_all_models false -> true: trial 1's model is trained again and kept

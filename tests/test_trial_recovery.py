@@ -220,7 +220,8 @@ def test_a_model_that_must_now_be_kept_but_was_deleted_trains_again(tmp_path, ca
   _book(tmp_path, keep_all_models=False).remove_dir_unless_kept(1)
   assert _book(tmp_path, keep_all_models=False).finished(1) is not None  # not kept: finished
   assert _book(tmp_path, keep_all_models=True).finished(1) is None
-  assert "but its model is not in " in capsys.readouterr().out
+  assert "rte_model_1 holds no complete checkpoint (an earlier run did not keep its model, or " \
+         "set it aside); training the trial again" in capsys.readouterr().out
   assert _book(tmp_path, num_trials=1, keep_all_models=False).finished(1) is None  # now last
 
 

@@ -224,8 +224,8 @@ class TrialBook:
     folder = self.trial_dir(trial)
     latest = checkpoint_files.latest_checkpoint(folder)
     if latest is None:
-      return (f"its model is not in {folder} (an earlier run did not keep it: "
-              "keep_all_models or num_trials changed?)")
+      return (f"its folder {folder} holds no complete checkpoint (an earlier run did not "
+              "keep its model, or set it aside)")
     problem = checkpoint_files.unusable(latest)
     if problem:
       try:
