@@ -149,7 +149,8 @@ def result_problems(ref_home: pathlib.Path, got_home: pathlib.Path, task: str,
                     f"{got.get('num_trials')}), not {num_trials}")
   elif got != want:
     problems.append(f"{path.name} differs from the uninterrupted run's")
-  for name in (f"{task}_results.txt", f"{task}_results.pkl", f"{task}_predictions.tsv"):
+  for name in (f"{task}_results.txt", f"{task}_results.pkl",
+               *(f"{task}_test_{t}_predictions.tsv" for t in range(1, num_trials + 1))):
     folder = "test_predictions" if name.endswith(".tsv") else "results"
     a, b = ref_home / folder / name, got_home / folder / name
     if not b.exists():

@@ -259,12 +259,12 @@ def save_tf1_checkpoint(variables: Mapping[str, tf.Variable | np.ndarray], outpu
                         global_step: int = 0, name: str = "model.ckpt") -> str:
   """Writes a TF1 name-based checkpoint ``<output_dir>/<name>`` readable by the official code.
 
-  ``global_step`` is stored as an int64 scalar, as the official graphs do. Files are written to
-  a temporary directory and moved into place, the ``checkpoint`` state file last, so a killed
-  process never leaves a state file pointing at a partial checkpoint.
+  ``global_step`` is stored as an int64 scalar, as the official graphs do. The whole folder is
+  written staged (the checkpoint, its ``checkpoint`` state file and a copy of the folder's
+  other files, e.g. ``hparams.json``) and renamed into place (``atomic_io.staged_dir``), so a
+  killed process leaves the old folder or the new one, never a mix of two checkpoints.
   Returns the checkpoint prefix.
   """
-  tf.io.gfile.makedirs(output_dir)
   var_list = {}
   for key, value in variables.items():
     if not isinstance(value, tf.Variable):
@@ -272,17 +272,29 @@ def save_tf1_checkpoint(variables: Mapping[str, tf.Variable | np.ndarray], outpu
     var_list[key] = value
   var_list.setdefault(GLOBAL_STEP, tf.Variable(np.int64(global_step), dtype=tf.int64,
                                                trainable=False, name=GLOBAL_STEP))
-  prefix = os.path.join(output_dir, name)
-  with atomic_io.scratch_dir(prefix) as tmp_dir:  # a killed save's folder: removed below
+  with atomic_io.staged_dir(output_dir) as stage:
+    if tf.io.gfile.isdir(output_dir):
+      _copy_other_files(output_dir, stage, name)
     saver = tf.compat.v1.train.Saver(var_list=var_list, save_relative_paths=True)
-    saver.save(None, os.path.join(tmp_dir, name), write_meta_graph=False,
-                            write_state=False)
-    for fname in os.listdir(tmp_dir):
-      os.replace(os.path.join(tmp_dir, fname), os.path.join(output_dir, fname))
-    state = f'model_checkpoint_path: "{name}"\nall_model_checkpoint_paths: "{name}"\n'
-    atomic_io.write_text(os.path.join(output_dir, "checkpoint"), state)
-  atomic_io.remove_leftovers(prefix)
-  return prefix
+    saver.save(None, os.path.join(stage, name), write_meta_graph=False, write_state=False)
+    with tf.io.gfile.GFile(os.path.join(stage, "checkpoint"), "w") as f:
+      f.write(f'model_checkpoint_path: "{name}"\nall_model_checkpoint_paths: "{name}"\n')
+  return os.path.join(output_dir, name)
+
+
+def _copy_other_files(src: str, dst: str, name: str) -> None:
+  """Copies what ``src`` holds besides checkpoint ``name``, its state file and hidden
+  temporaries into ``dst`` (sub-folders too)."""
+  for entry in tf.io.gfile.listdir(src):
+    entry = entry.rstrip("/")
+    if entry == "checkpoint" or entry.startswith((name + ".", ".")):
+      continue
+    path, target = os.path.join(src, entry), os.path.join(dst, entry)
+    if tf.io.gfile.isdir(path):
+      tf.io.gfile.makedirs(target)
+      _copy_other_files(path, target, name)
+    else:
+      tf.io.gfile.copy(path, target, overwrite=True)
 
 
 # ------------------------------------------------------------------------------ optimizer slots

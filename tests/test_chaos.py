@@ -132,7 +132,8 @@ def _results(home: pathlib.Path, trials: list[dict]) -> None:
   from electra_tf.finetuning import outputs
 
   (home / "test_predictions").mkdir(parents=True)
-  (home / "test_predictions" / f"{runs.TASK}_predictions.tsv").write_text("r0\t1\n")
+  for trial in (1, 2):
+    (home / "test_predictions" / f"{runs.TASK}_test_{trial}_predictions.tsv").write_text("r0\t1\n")
   outputs.write_results(trials, str(home / "results" / f"{runs.TASK}_results.txt"),
                         str(home / "results" / f"{runs.TASK}_results.pkl"))
 

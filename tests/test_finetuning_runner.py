@@ -1,4 +1,5 @@
-"""ModelRunner's test-output dispatch: a task with ``write_predictions`` writes its own."""
+"""ModelRunner's test-output dispatch: a task with ``write_predictions`` writes its own, one
+file per split and trial."""
 
 import os
 
@@ -15,9 +16,9 @@ class UserTask:
   def get_test_splits(self):
     return ["test", "test_extra"]
 
-  def write_predictions(self, predictions, out_dir):
-    self.calls.append((predictions, out_dir))
-    return os.path.join(out_dir, "mine_predictions.tsv")
+  def write_predictions(self, predictions, stem):
+    self.calls.append((predictions, stem))
+    return stem + ".tsv"
 
 
 def test_task_with_write_predictions_writes_its_own_outputs(tmp_path):
@@ -29,5 +30,6 @@ def test_task_with_write_predictions_writes_its_own_outputs(tmp_path):
   runner.predict = lambda tasks, split: iter(
       [(0, {t.name: out}) for t in tasks for out in outputs[split]])
   runner.write_test_outputs(trial=2, use_tfds=False)
-  want_dir = os.path.join(str(tmp_path), "models", "m", "test_predictions")
-  assert task.calls == [(outputs["test"], want_dir), (outputs["test_extra"], want_dir)]
+  want = os.path.join(str(tmp_path), "models", "m", "test_predictions", "mine_{}_2_predictions")
+  assert task.calls == [(outputs["test"], want.format("test")),
+                        (outputs["test_extra"], want.format("test_extra"))]

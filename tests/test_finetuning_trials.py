@@ -17,7 +17,7 @@ import sys
 import numpy as np
 import pytest
 import tensorflow as tf
-from helpers import procs
+from helpers import procs, trial_logs, user_data
 from helpers.paths import REPO_ROOT
 
 ENV = {**os.environ, "TF_CPP_MIN_LOG_LEVEL": "3", "CUDA_VISIBLE_DEVICES": "-1",
@@ -93,10 +93,17 @@ def test_a_run_killed_at_every_moment_ends_as_an_uninterrupted_run(root, vocab_f
 
   for name, log in logs.items():
     assert "Traceback" not in log, f"{name}: {log[-3000:]}"
-  # trial 1 resumed from its checkpoint, trained in three runs only, then never again
+  # steps trained (progress lines against the restored step): trial 1 in the first two runs
+  # only (the second died writing test outputs, after its training), never after; trial 2's
+  # training resumed once
+  steps = {n: trial_logs.steps_trained(log) for n, log in logs.items()}
+  one, two = ({n: s.get(t) for n, s in steps.items()} for t in (1, 2))
   assert re.search(r"Restored \S+/rte_model_1/ckpt-\d+ at step", logs["test_outputs"])
-  trained = [n for n, log in logs.items() if "Start training: model=killed, trial 1/2" in log]
-  assert trained == ["train 1", "test_outputs", "record", "results"], trained
+  assert one["train 1"] >= 5 and one["train 1"] + one["test_outputs"] >= 15, steps
+  assert one["record"] == one["results"] == 0, steps  # restored at step 15: nothing trained
+  assert [n for n in logs if one[n] is not None] == ["train 1", "test_outputs", "record",
+                                                     "results"], steps
+  assert two["train 2"] >= 5 and two["train 2"] + two["last"] >= 15, steps
   for name in ("delete", "between", "train 2", "last"):
     assert "Trial 1/2 finished earlier" in logs[name], logs[name][-3000:]
   assert re.search(r"Restored \S+/rte_model_2/ckpt-\d+ at step", logs["last"])
@@ -164,6 +171,35 @@ def test_reruns_reuse_recorded_trials_and_move_aside_work_of_other_settings(
   got = _weights(folder)
   assert sorted(got) == sorted(want) and all(np.array_equal(got[k], want[k]) for k in want)
 
+  # again, but killed inside that set-aside, right after the index moved: the rerun takes no
+  # older checkpoint for the trial's model, finishes the set-aside and trains the trial again
+  data_file = next(folder.glob(f"{final.name}.data-*"))
+  data_file.write_bytes(data_file.read_bytes()[:data_file.stat().st_size // 2])
+
+  class Killed(Exception):
+    pass
+
+  def dying_rename(src, dst, *args, **kwargs):
+    rename(src, dst, *args, **kwargs)
+    raise Killed
+
+  rename = tf.io.gfile.rename
+  tf.io.gfile.rename = dying_rename
+  try:
+    with pytest.raises(Killed):
+      run(num_trials=2)
+  finally:
+    tf.io.gfile.rename = rename
+  assert data_file.exists() and not (folder / f"{final.name}.index").exists()
+  again, log = run(num_trials=2)
+  assert again == both
+  assert f"Finished setting {folder / final.name} aside into {folder / final.name}" in log, log
+  assert "Start training: model=m, trial 1/2" in log and "Trial 2/2 finished earlier" in log
+  assert {data_file.name, f"{final.name}.index"} <= {
+      p.name for p in (folder / f"{final.name}.rejected-2").iterdir()}
+  got = _weights(folder)
+  assert sorted(got) == sorted(want) and all(np.array_equal(got[k], want[k]) for k in want)
+
   # another learning rate: one line naming it, the old work moved aside, trained afresh
   _, log = run(num_trials=2, learning_rate=2e-4)
   lines = [line for line in log.splitlines() if line.startswith("Settings changed")]
@@ -185,3 +221,57 @@ def test_reruns_reuse_recorded_trials_and_move_aside_work_of_other_settings(
     dev.write_text(text, encoding="utf-8")
   assert re.search(r"^Settings changed since the earlier run \(rte/dev\.tsv "
                    r"changed\); moved aside ", log, re.M), log
+
+
+def test_reruns_with_other_flags_do_what_the_flags_say(data_dir, vocab_file, tmp_path, capsys):
+  """keep_all_models, num_trials and n_writes_test changed between reruns (user task, each
+  trial's predictions file its own): a model that must now be kept but was deleted is trained
+  again, to the same results; a trial now asked for test outputs writes them; nothing else
+  trains (steps counted from the progress lines)."""
+  from electra_tf.config import FinetuningConfig
+  from electra_tf.finetuning.trials import run_finetuning
+
+  user_data.write_all(tmp_path, data_dir)
+  models = tmp_path / "models" / "m" / "finetuning_models"
+  preds = tmp_path / "models" / "m" / "test_predictions"
+
+  def run(**more):
+    hparams = {**HPARAMS, "vocab_file": vocab_file, "num_train_epochs": 1.0,
+               "task_names": ["movie_reviews"], "n_writes_test": 1, **more}
+    results = run_finetuning(FinetuningConfig("m", str(tmp_path), **hparams))
+    log = capsys.readouterr().out
+    assert "Traceback" not in log
+    return results, trial_logs.steps_trained(log), log
+
+  first, trained, _ = run(num_trials=3)
+  assert trained == {1: 5, 2: 5, 3: 5}
+  assert sorted(p.name for p in models.iterdir()) == ["movie_reviews_model_3",
+                                                      "movie_reviews_model_trials"]
+  assert sorted(p.name for p in preds.iterdir()) == ["movie_reviews_test_1_predictions.tsv"]
+  trial_1 = (preds / "movie_reviews_test_1_predictions.tsv").read_bytes()
+
+  # num_trials 3 -> 2: trial 2 is now the last, whose model is kept: trained again
+  results, trained, log = run(num_trials=2)
+  assert results == first[:2] and trained == {2: 5}, log
+  assert re.search(r"^Trial 2/2 finished earlier, but its folder \S+movie_reviews_model_2 "
+                   r"holds no complete checkpoint \(.+\); training the trial again", log,
+                   re.M), log
+  assert (models / "movie_reviews_model_2" / "tf1" / "model.ckpt.index").is_file()
+
+  # keep_all_models false -> true: trial 1's model is trained again and kept
+  results, trained, _ = run(num_trials=2, keep_all_models=True)
+  assert results == first[:2] and trained == {1: 5}
+  assert (models / "movie_reviews_model_1" / "tf1" / "model.ckpt.index").is_file()
+
+  # n_writes_test 1 -> 5: trial 2 writes its own predictions (its kept model, no step trained)
+  results, trained, _ = run(num_trials=2, keep_all_models=True, n_writes_test=5)
+  assert results == first[:2] and trained == {2: 0}
+  assert (preds / "movie_reviews_test_1_predictions.tsv").read_bytes() == trial_1
+  trial_2 = (preds / "movie_reviews_test_2_predictions.tsv").read_bytes()
+  assert trial_2.count(b"\n") == 17  # a header and the 16 test rows
+
+  # n_writes_test 5 -> 1: nothing to do; each trial's file stays its own
+  results, trained, _ = run(num_trials=2, keep_all_models=True, n_writes_test=1)
+  assert results == first[:2] and trained == {}
+  assert (preds / "movie_reviews_test_1_predictions.tsv").read_bytes() == trial_1
+  assert (preds / "movie_reviews_test_2_predictions.tsv").read_bytes() == trial_2

@@ -219,8 +219,8 @@ def test_tagging_jsonl_same_as_conll_and_written_predictions(root, tokenizer, tm
   examples = conll.get_examples("dev")
   outputs = [{"eid": np.int32(e.eid), "predictions": np.array(e.labels + [0] * 5),
               "labels_mask": np.array([1.0] * 3 + [0.0] * 5)} for e in examples if e.eid != 1]
-  path = task.write_predictions(outputs, str(tmp_path / "out"))
-  assert path.endswith("chunks_json_predictions.jsonl")
+  path = task.write_predictions(outputs, str(tmp_path / "out" / "chunks_json_test_2_predictions"))
+  assert path == str(tmp_path / "out" / "chunks_json_test_2_predictions.jsonl")
   with open(path) as f:
     rows = [json.loads(line) for line in f]
   gold = conll.read_split("dev")[1]

@@ -55,7 +55,8 @@ def test_sst_as_csv_same_metrics_and_written_predictions(root, vocab_file):
   assert got["accuracy"] == want["accuracy"] and got["loss"] == want["loss"]
 
   # the test file holds the dev rows: its written predictions re-score to the dev metrics
-  with open(os.path.join(_test_dir(config), "movie_reviews_predictions.tsv"), newline="") as f:
+  written = os.path.join(_test_dir(config), "movie_reviews_test_1_predictions.tsv")
+  with open(written, newline="") as f:
     rows = list(csv.reader(f, delimiter="\t"))
   assert rows[0] == ["review_id", "review", "prediction"]
   assert [r[0] for r in rows[1:]] == [f"r{i}" for i in range(16)]
@@ -75,7 +76,7 @@ def test_pairs_same_metrics_as_builtin(root, vocab_file, builtin, user):
   config, got = _run(root, vocab_file, [user], write_test_outputs=True)
   assert got[0][user] == want[0][builtin]
   assert 0 < got[0][user]["loss"] and np.isfinite(list(got[0][user].values())).all()
-  out = os.path.join(_test_dir(config), user + "_predictions."
+  out = os.path.join(_test_dir(config), user + "_test_1_predictions."
                      + ("jsonl" if user == "paraphrase" else "tsv"))
   if user == "paraphrase":
     with open(out) as f:
@@ -136,8 +137,10 @@ def test_multitask_with_builtin_and_export(root, vocab_file, tmp_path):
                          layerwise_lr_decay=0.5, write_test_outputs=True)
   assert len(results) == 2 and all(list(r) == ["sst", "chunking", "similarity"]
                                    for r in results)
-  for name in ("chunking_predictions.tsv", "similarity_predictions.tsv"):
-    assert os.path.getsize(os.path.join(_test_dir(config), name)) > 0
+  for name in ("chunking", "similarity"):  # each trial's own file
+    for trial in (1, 2):
+      path = os.path.join(_test_dir(config), f"{name}_test_{trial}_predictions.tsv")
+      assert os.path.getsize(path) > 0
 
   tasks = registry.build_tasks(config)
   model = create_model(config, tasks)

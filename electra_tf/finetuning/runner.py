@@ -70,7 +70,8 @@ class ModelRunner:
       log(line)
 
   def train(self) -> int:
-    """Trains for the official number of steps; returns it."""
+    """Trains for the official number of steps; returns the step the model is at (its last
+    checkpoint's and ``tf1/``'s)."""
     c = self.config
     path, n_records = self.pre.prepare(self.tasks, "train", is_training=True)
     for folder in (self.model_dir, os.path.join(self.model_dir, "tf1")):  # beside hparams.json
@@ -116,9 +117,10 @@ class ModelRunner:
     # readable by the official code and the converters.
     values = {name: v.numpy() for name, v in model.tf1_variables().items()}
     values.update({name: v.numpy() for name, v in optimizer.tf1_slot_variables().items()})
+    final_step = int(trainer.global_step.numpy())
     checkpoints.save_tf1_checkpoint(values, os.path.join(self.model_dir, "tf1"),
-                                    global_step=int(trainer.global_step.numpy()))
-    return steps
+                                    global_step=final_step)
+    return final_step
 
   def restore(self) -> None:
     """Weights for evaluation without training: model_dir's latest checkpoint, else init."""
@@ -196,9 +198,11 @@ class ModelRunner:
   # ----- test-set outputs ---------------------------------------------------------------------
 
   def write_test_outputs(self, trial: int, use_tfds: bool) -> list[str]:
-    """Per task: its own ``write_predictions(predictions, out_dir)`` when it has one, once per
-    test split (``predictions``: the head's output dict per record, in file order; ``out_dir``:
-    the test_predictions folder; it returns the path written); else GLUE: official pickles
+    """Per task: its own ``write_predictions(predictions, stem)`` when it has one, once per
+    test split (``predictions``: the head's output dict per record, in file order; ``stem``:
+    the trial's test_predictions path without its extension, e.g.
+    ``test_predictions/<task>_test_<trial>_predictions``, so each trial's file is its own; it
+    returns the path written); else GLUE: official pickles
     (eid -> logits / prediction) and GLUE submission TSVs; SQuAD 2.0: prediction JSON with ""
     for questions judged unanswerable. Returns the paths written."""
     c = self.config
@@ -209,7 +213,8 @@ class ModelRunner:
         log(f"Writing test predictions for {task.name}")
         for split in task.get_test_splits():
           split_outputs = [r[task.name] for _, r in self.predict([task], split)]
-          written.append(task.write_predictions(split_outputs, test_dir))
+          stem = os.path.splitext(c.test_predictions(task.name, split, trial))[0]
+          written.append(task.write_predictions(split_outputs, stem))
           log(f"  wrote {written[-1]}")
       elif task.name in outputs.GLUE_TASKS:
         written += self._write_glue(task, trial, use_tfds, test_dir)

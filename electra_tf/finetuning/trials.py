@@ -7,10 +7,13 @@ Finished work is kept, whatever stopped a run (a signal, SIGKILL, a crash, a pow
   first checkpoint) holds the settings it is trained with. A rerun with the same settings
   resumes it from its newest readable checkpoint (seeded: as if it had never stopped).
 - A trial trained, evaluated and with its test outputs written is recorded in
-  ``<model_dir>_trials/trial_<t>.json`` (settings, dev results, the test-output files it
-  wrote), written whole, then named. The record outlives the trial's folder (which
+  ``<model_dir>_trials/trial_<t>.json`` (settings, final step, dev results, the test-output
+  files it wrote), written whole, then named. The record outlives the trial's folder (which
   ``keep_all_models`` false deletes); a rerun reports the recorded results, in trial order, and
-  does not train the trial again.
+  does not train the trial again, unless the rerun keeps the trial's model and the folder does
+  not hold it at the final step, readable, ``tf1/`` included (then it trains again from its
+  newest usable checkpoint).
+- A record or a settings file that a power cut left empty: see ``_recover_damaged``.
 - The settings (``TrialBook.settings``): the hparams that change what a trial computes, the
   task data (``Preprocessor.data_key``: raw files, vocabulary, featurisation options), the
   identity of ``init_checkpoint`` and the trial's seed. A folder or record made with other
@@ -39,12 +42,14 @@ from electra_tf.finetuning import outputs, registry, run_settings
 from electra_tf.finetuning.features import key_changes
 from electra_tf.finetuning.preprocessing import Preprocessor, make_examples_fn
 from electra_tf.finetuning.runner import ModelRunner
+from electra_tf.names import GLOBAL_STEP
 from electra_tf.reading import model_source
 from electra_tf.reading.model_dir import write_model_files
 from electra_tf.training import checkpoint_files, checkpointing
 
 SETTINGS_FILE = "trial_settings.json"  # in a trial's folder: the settings it is trained with
 SETTINGS_FORMAT = 1
+TF1_NAME = "model.ckpt"  # the official-name copy of a trained trial: <trial dir>/tf1/model.ckpt
 # hparams that do not change what a trial computes: where things are, how many trials, what is
 # kept or written, how often it logs and saves (a seeded resume is exact from any checkpoint)
 NOT_SETTINGS = frozenset({
@@ -75,13 +80,21 @@ def trial_seed(seed: int | None, trial: int) -> int | None:
   return None if seed is None else seed + trial - 1
 
 
-def _read_json(path: str) -> Any:
-  """The JSON at ``path``; None when it is missing or does not parse."""
+def _read_json(path: str) -> tuple[bool, Any]:
+  """(whether ``path`` exists, its JSON value: None when it does not parse, e.g. left empty or
+  short by a power cut). Other read errors propagate: a transient error is not damage."""
   try:
     with tf.io.gfile.GFile(path) as f:
-      return json.load(f)
-  except (tf.errors.OpError, ValueError):
-    return None
+      text = f.read()
+  except tf.errors.NotFoundError:
+    return False, None
+  try:
+    return True, json.loads(text)
+  except ValueError:
+    return True, None
+
+
+UNREADABLE = "unreadable"  # a settings file that exists but does not parse
 
 
 class TrialBook:
@@ -125,13 +138,37 @@ class TrialBook:
     where they exist (a folder without settings only when it holds a checkpoint)."""
     stored = []
     record = self.record_path(trial)
-    if tf.io.gfile.exists(record):
-      stored.append((record, (_read_json(record) or {}).get("settings")))
+    exists, value = _read_json(record)
+    if exists:
+      stored.append((record, value.get("settings") if isinstance(value, dict) else None))
     folder = self.trial_dir(trial)
-    settings = _read_json(os.path.join(folder, SETTINGS_FILE))
+    exists, settings = _read_json(os.path.join(folder, SETTINGS_FILE))
+    if exists and settings is None:
+      settings = UNREADABLE
     if settings is not None or checkpointing.complete_checkpoints(folder):
       stored.append((folder, settings))
     return stored
+
+  def _recover_damaged(self, trial: int) -> None:
+    """A record, or a folder's settings file, that a power cut left empty or short: the record
+    is moved aside alone (its trial is evaluated again; the results files stay); the settings
+    file is rewritten when the trial's record proves them (a folder is only ever prepared by a
+    run whose settings are its record's: another run moves the record aside first), else the
+    folder is moved aside by ``reject_other_settings``, with one line."""
+    path = self.record_path(trial)
+    exists, record = _read_json(path)
+    if exists and not isinstance(record, dict):
+      moved = atomic_io.move_aside(path)
+      log(f"{path} is empty or does not parse (cut short, e.g. by a power cut); moved it to "
+          f"{os.path.basename(moved)}; trial {trial} is evaluated again")
+      record = None
+    settings_path = os.path.join(self.trial_dir(trial), SETTINGS_FILE)
+    exists, settings = _read_json(settings_path)
+    if (exists and settings is None and isinstance(record, dict)
+        and record.get("settings") == self.settings(trial)):
+      atomic_io.write_json(settings_path, self.settings(trial), indent=1, sort_keys=True)
+      log(f"{settings_path} is empty or does not parse (cut short, e.g. by a power cut); "
+          f"trial {trial}'s record {path} holds this run's settings: rewrote it from there")
 
   def reject_other_settings(self) -> None:
     """Moves aside every trial folder and record made with other settings than this run's (and
@@ -139,10 +176,13 @@ class TrialBook:
     rejected, why = [], []
     for trial in self._on_disk():
       settings = self.settings(trial)
+      self._recover_damaged(trial)
       for path, stored in self._stored(trial):
         if stored != settings:
           why = why or ([c.removeprefix("hparams.") for c in key_changes(stored, settings)]
-                        if isinstance(stored, dict) else ["no settings recorded"])
+                        if isinstance(stored, dict) else
+                        [f"{SETTINGS_FILE} empty or does not parse, and no record proves "
+                         "the settings" if stored == UNREADABLE else "no settings recorded"])
           rejected.append(path)
     if any(path.endswith(".json") for path in rejected):  # records: their results go too
       c = self.config
@@ -155,10 +195,12 @@ class TrialBook:
           f"{', '.join(moved)}; those trials start afresh")
 
   def finished(self, trial: int) -> dict[str, Any] | None:
-    """The trial's record when it holds everything this run would compute, else None (also
-    when its kept model's newest checkpoint does not read back: moved aside, said in one line,
-    the trial trains again from its newest usable checkpoint)."""
-    c, record = self.config, _read_json(self.record_path(trial))
+    """The trial's record when it holds everything this run would compute, else None. A trial
+    whose model this run keeps (``keep_all_models``, or the last trial) is finished only when
+    its folder holds it at the recorded final step, in ``tf1/`` too, and both read back; else
+    one line says why, and the trial trains again from its newest usable checkpoint (a
+    newest checkpoint that does not read back is moved aside first)."""
+    c, (_, record) = self.config, _read_json(self.record_path(trial))
     if not isinstance(record, dict) or record.get("settings") != self.settings(trial):
       return None
     if c.do_eval and record.get("dev_results") is None:
@@ -168,28 +210,64 @@ class TrialBook:
       written = record.get("test_outputs")
       if written is None or not all(os.path.isfile(os.path.join(test_dir, p)) for p in written):
         return None
-    if c.keep_all_models or trial == c.num_trials:  # its model is kept: it must read back
-      latest = checkpoint_files.latest_checkpoint(self.trial_dir(trial))
-      problem = latest and checkpoint_files.unusable(latest)
+    if self.model_kept(trial):
+      problem = self._model_problem(trial, record.get("final_step"))
       if problem:  # e.g. a power cut after the record: the model is trained again, not lost
-        try:
-          moved = f"moved it to {checkpoint_files.reject(latest)}"
-        except (tf.errors.OpError, OSError) as e:
-          moved = f"could not move it aside ({error_line(e, name_type=False)})"
-        log(f"Trial {trial}/{c.num_trials} finished earlier, but its {problem}; {moved}; "
-            "training the trial again from its newest usable checkpoint, if any")
+        log(f"Trial {trial}/{c.num_trials} finished earlier, but {problem}; training the "
+            "trial again from its newest usable checkpoint, if any")
         return None
     return record
+
+  def model_kept(self, trial: int) -> bool:
+    """Whether this run keeps the trial's folder (official: ``keep_all_models`` or the last)."""
+    return self.config.keep_all_models or trial == self.config.num_trials
+
+  def _model_problem(self, trial: int, final_step: int | None) -> str | None:
+    """Why the trial's folder does not hold its finished model (None: it does). A newest
+    checkpoint that does not read back is moved aside; transient read errors propagate."""
+    folder = self.trial_dir(trial)
+    latest = checkpoint_files.latest_checkpoint(folder)
+    if latest is None:
+      return (f"its folder {folder} holds no complete checkpoint (an earlier run did not "
+              "keep its model, or set it aside)")
+    problem = checkpoint_files.unusable(latest)
+    if problem:
+      try:
+        moved = f"moved it to {checkpoint_files.reject(latest)}"
+      except (tf.errors.OpError, OSError) as e:
+        moved = f"could not move it aside ({error_line(e, name_type=False)})"
+      return f"its {problem}; {moved}"
+    step = checkpoint_files.step_of(latest)
+    if final_step is not None and step != final_step:
+      return f"its newest checkpoint {latest} is at step {step}, not its final step {final_step}"
+    tf1 = os.path.join(folder, "tf1", TF1_NAME)
+    if not tf.io.gfile.exists(tf1 + ".index"):
+      return f"its {tf1} is missing"
+    problem = checkpoint_files.unusable(tf1)
+    if problem:
+      return f"its {problem}"
+    try:
+      with checkpoints.reading(tf1):
+        reader = tf.train.load_checkpoint(tf1)
+        tf1_step = (int(reader.get_tensor(GLOBAL_STEP))
+                    if reader.has_tensor(GLOBAL_STEP) else None)
+    except checkpoints.CorruptCheckpointError as e:
+      return f"its {e}"
+    if tf1_step != step:
+      return f"its {tf1} is at step {tf1_step}, not at step {step} as {latest}"
+    return None
 
   def _test_dir(self, trial: int) -> str:
     return os.path.dirname(self.config.test_predictions("task", "test", trial))
 
-  def record(self, trial: int, dev_results: dict | None, test_outputs: list[str] | None
-             ) -> dict[str, Any]:
-    """Records a finished trial (atomically); returns the record as a rerun reads it (so the
-    results files hold the same values whether a trial ran now or earlier)."""
+  def record(self, trial: int, final_step: int, dev_results: dict | None,
+             test_outputs: list[str] | None) -> dict[str, Any]:
+    """Records a finished trial (atomically) with the step its model (checkpoint and
+    ``tf1/``) is at; returns the record as a rerun reads it (so the results files hold the
+    same values whether a trial ran now or earlier)."""
     test_dir = self._test_dir(trial)
-    record = {"trial": trial, "settings": self.settings(trial), "dev_results": dev_results,
+    record = {"trial": trial, "settings": self.settings(trial), "final_step": final_step,
+              "dev_results": dev_results,
               "test_outputs": None if test_outputs is None else
               [os.path.relpath(p, test_dir) for p in test_outputs]}
     outputs.write_json(record, self.record_path(trial))
@@ -206,8 +284,9 @@ class TrialBook:
         os.path.join(folder, SETTINGS_FILE)):
       atomic_io.remove_tree(folder)  # no checkpoint, no settings: nothing to keep
     tf.io.gfile.makedirs(folder)
-    atomic_io.write_json(os.path.join(folder, SETTINGS_FILE), self.settings(trial),
-                         indent=1, sort_keys=True)
+    path = os.path.join(folder, SETTINGS_FILE)
+    if _read_json(path) != (True, self.settings(trial)):  # rewritten only when it changes
+      atomic_io.write_json(path, self.settings(trial), indent=1, sort_keys=True)
     for path in (folder, os.path.join(folder, "tf1")):  # shape and vocabulary beside it
       write_model_files(path, self.config, self.config.vocab_file)
     return folder
@@ -215,7 +294,7 @@ class TrialBook:
   def remove_dir_unless_kept(self, trial: int) -> None:
     """Deletes a finished trial's folder unless ``keep_all_models`` or it is the last trial
     (official); a kill leaves it whole or gone."""
-    if not self.config.keep_all_models and trial != self.config.num_trials:
+    if not self.model_kept(trial):
       atomic_io.remove_tree(self.trial_dir(trial))
 
 
@@ -224,9 +303,10 @@ def run_trial(book: TrialBook | None, runner: ModelRunner, trial: int, title: st
   """Trains (``book`` set: ``do_train``) or restores a trial's model, evaluates it and writes
   its test outputs; returns what it computed, as a record (recorded when ``book`` is set)."""
   c = runner.config
+  final_step = 0
   if book is not None:
     heading(f"Start training: {title}")
-    runner.train()
+    final_step = runner.train()
   elif c.do_eval:
     runner.restore()
   dev_results = test_outputs = None
@@ -238,7 +318,7 @@ def run_trial(book: TrialBook | None, runner: ModelRunner, trial: int, title: st
       test_outputs = runner.write_test_outputs(trial, use_tfds)
   if book is None:
     return {"dev_results": dev_results}
-  return book.record(trial, dev_results, test_outputs)
+  return book.record(trial, final_step, dev_results, test_outputs)
 
 
 def run_finetuning(config: FinetuningConfig, strategy: tf.distribute.Strategy | None = None,

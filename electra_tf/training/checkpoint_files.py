@@ -61,10 +61,7 @@ def complete_checkpoints(model_dir: str) -> list[str]:
     if not m:
       continue
     stem = name[:-len(".index")]
-    shards = [n for n in names if n.startswith(stem + ".data-")]
-    counts = {int(c.group(1)) for c in map(_SHARD_RE.search, shards) if c}
-    if (len(counts) == 1 and len(shards) == counts.pop()
-        and index_is_whole(os.path.join(model_dir, name))):
+    if _has_all_shards(names, stem) and index_is_whole(os.path.join(model_dir, name)):
       found.append((int(m.group(1)), os.path.join(model_dir, stem)))
   return [p for _, p in sorted(found, reverse=True)]
 
@@ -147,20 +144,85 @@ def reject(prefix: str) -> str:
   """Moves checkpoint `prefix` (index, data files, saved input state) into the folder
   `<prefix>.rejected/` (`.rejected-2/`, ... when taken), kept for inspection, and rewrites the
   state file without it; returns the folder. The index moves first: from then on the
-  checkpoint is not complete, so no listing, resume or state file counts it again."""
+  checkpoint is not complete, so no listing, resume or state file counts it again. A kill at
+  any point is finished by the next start-up (`finish_interrupted`)."""
   folder, n = f"{prefix}.rejected", 1
   while tf.io.gfile.exists(folder):
     n += 1
     folder = f"{prefix}.rejected-{n}"
   tf.io.gfile.makedirs(folder)
-  for path in [prefix + ".index", *sorted(tf.io.gfile.glob(glob.escape(prefix) + ".data-*"))]:
+  tf.io.gfile.rename(prefix + ".index", os.path.join(folder, os.path.basename(prefix) + ".index"))
+  _move_rest(prefix, folder)
+  return folder
+
+
+def _move_rest(prefix: str, folder: str) -> None:
+  """The data files and saved input state of `prefix` (whose index is in `folder`) into
+  `folder`, then the state file rewritten: each step can be redone after a kill."""
+  for path in sorted(tf.io.gfile.glob(glob.escape(prefix) + ".data-*")):
     tf.io.gfile.rename(path, os.path.join(folder, os.path.basename(path)))
   model_dir = os.path.dirname(prefix)
   state = input_state.state_dir(model_dir, step_of(prefix))
   if "://" not in state and os.path.isdir(state):
     os.rename(state, os.path.join(folder, input_state.FOLDER))
   write_state_file(model_dir)
-  return folder
+
+
+_REJECTED_RE = re.compile(r"^(ckpt-(\d+))\.rejected(-\d+)?$")
+_DATA_RE = re.compile(r"^ckpt-(\d+)\.data-\d+-of-\d+$")
+
+
+def _has_all_shards(names: set[str], stem: str) -> bool:
+  """Whether ``names`` hold every data shard of ``stem`` (one shard's name gives the count)."""
+  shards = [n for n in names if n.startswith(stem + ".data-")]
+  counts = {int(c.group(1)) for c in map(_SHARD_RE.search, shards) if c}
+  return len(counts) == 1 and len(shards) == counts.pop()
+
+
+def _pending(model_dir: str, names: list[str], inside: set[str], stem: str) -> bool:
+  """Whether a set-aside of ``stem`` (index in the folder holding ``inside``) left files out:
+  data shards, or the saved input state of its step."""
+  if not _has_all_shards(inside, stem) and any(n.startswith(stem + ".data-") for n in names):
+    return True
+  state = input_state.state_dir(model_dir, step_of(stem))
+  return input_state.FOLDER not in inside and "://" not in state and os.path.isdir(state)
+
+
+def finish_interrupted(model_dir: str) -> list[str]:
+  """Start-up tidying of what a kill left (before any save of this run); returns one line per
+  thing done. A set-aside that was interrupted (a `ckpt-<N>.rejected*/` folder holding the
+  index while `ckpt-<N>.data-*` are still outside) is finished; an empty set-aside folder
+  (killed before its first move) is removed; data files of a step with no index (a kill during
+  TensorFlow's own save or cleanup) are deleted: without an index they never load."""
+  try:
+    names = [n.rstrip("/") for n in tf.io.gfile.listdir(model_dir)]
+  except (tf.errors.NotFoundError, tf.errors.FailedPreconditionError):
+    return []
+  notes = []
+  for name in sorted(names):
+    m = _REJECTED_RE.match(name)
+    folder = os.path.join(model_dir, name)
+    if not m or not tf.io.gfile.isdir(folder):
+      continue
+    inside = set(n.rstrip("/") for n in tf.io.gfile.listdir(folder))
+    if not inside:
+      tf.io.gfile.rmtree(folder)
+      notes.append(f"Removed {folder}, an empty folder left by an interrupted set-aside")
+    elif (m.group(1) + ".index" in inside and m.group(1) + ".index" not in names
+          and _pending(model_dir, names, inside, m.group(1))):
+      _move_rest(os.path.join(model_dir, m.group(1)), folder)
+      notes.append(f"Finished setting {os.path.join(model_dir, m.group(1))} aside into "
+                   f"{folder} (interrupted earlier)")
+      names = [n.rstrip("/") for n in tf.io.gfile.listdir(model_dir)]
+  complete = {os.path.basename(p) for p in complete_checkpoints(model_dir)}
+  for name in sorted(names):
+    m = _DATA_RE.match(name)
+    stem = name.split(".data-")[0]
+    if m and stem + ".index" not in names and stem not in complete:
+      tf.io.gfile.remove(os.path.join(model_dir, name))
+      notes.append(f"Removed {os.path.join(model_dir, name)}: a data file without its index, "
+                   "left by an interrupted save or deletion")
+  return notes
 
 
 def step_of(checkpoint_path: str) -> int:

@@ -237,6 +237,7 @@ class CheckpointKeeper:
       notes = [line for line in [self._lock(bytes_per_checkpoint)] if line]
       notes += [f"Removed {p}, left by a save that was interrupted"
                 for p in remove_stale_temp_dirs(self.model_dir)]
+      notes += checkpoint_files.finish_interrupted(self.model_dir)
       input_state.prune(self.model_dir, set(map(step_of, complete_checkpoints(self.model_dir))))
     try:
       check_model_dir(self.save_dir, bytes_per_checkpoint)

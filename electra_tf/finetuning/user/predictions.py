@@ -1,5 +1,6 @@
-"""Test-set prediction files of user tasks: ``<name>_predictions.jsonl`` when the test file is
-JSONL, else ``<name>_predictions.tsv``.
+"""Test-set prediction files of user tasks, one per trial: ``<stem>.jsonl`` when the test file
+is JSONL, else ``<stem>.tsv``; the stem names task, split and trial as the GLUE test outputs
+do (``test_predictions/<name>_test_<trial>_predictions``).
 
 Sentence tasks: one row per test row with its id (the ``id`` column, else the 0-based row
 number), its text(s), and ``prediction`` (the label as written in the data, or the score).
@@ -45,8 +46,12 @@ def _json_value(value: Any) -> Any:
   return value.item() if isinstance(value, np.generic) else value
 
 
-def write_table(spec: TaskSpec, task_name: str, test_path: str, records: Sequence[Record],
-                values: Sequence[Any], out_dir: str) -> str:
+def _path(stem: str, test_path: str) -> str:
+  return stem + (".jsonl" if test_path.endswith(".jsonl") else ".tsv")
+
+
+def write_table(spec: TaskSpec, test_path: str, records: Sequence[Record],
+                values: Sequence[Any], stem: str) -> str:
   """Writes one row per test record (``values``: its prediction, None if it has none)."""
   keys = [("id", _name(spec.id, "id")), ("text_a", _name(spec.text_a, "text_a"))]
   if spec.text_b is not None:
@@ -60,12 +65,12 @@ def write_table(spec: TaskSpec, task_name: str, test_path: str, records: Sequenc
     rows.append(row)
   if test_path.endswith(".jsonl"):
     text = "".join(json.dumps(row, ensure_ascii=False) + "\n" for row in rows)
-    return _write(os.path.join(out_dir, task_name + "_predictions.jsonl"), text)
+    return _write(_path(stem, test_path), text)
   buffer = io.StringIO()
   writer = csv.writer(buffer, delimiter="\t", lineterminator="\n")
   writer.writerow([name for _, name in keys] + ["prediction"])
   writer.writerows([list(row.values()) for row in rows])
-  return _write(os.path.join(out_dir, task_name + "_predictions.tsv"), buffer.getvalue())
+  return _write(_path(stem, test_path), buffer.getvalue())
 
 
 def word_tags(predicted: Sequence[str], n_words: int, scheme: str | None) -> list[str]:
@@ -80,16 +85,15 @@ def word_tags(predicted: Sequence[str], n_words: int, scheme: str | None) -> lis
   return get_tags(get_span_labels(tags), n_words, scheme)
 
 
-def write_tagged(spec: TaskSpec, task_name: str, test_path: str,
-                 sentences: Sequence[TaggedSentence], tags: Sequence[Sequence[str]],
-                 out_dir: str) -> str:
+def write_tagged(spec: TaskSpec, test_path: str, sentences: Sequence[TaggedSentence],
+                 tags: Sequence[Sequence[str]], stem: str) -> str:
   if test_path.endswith(".jsonl"):
     rows = []
     for s, t in zip(sentences, tags, strict=True):
       row = {} if spec.id is None else {str(spec.id): _json_value(s.id)}
       row.update({str(spec.text_a): s.words, str(spec.label): list(t)})
       rows.append(json.dumps(row, ensure_ascii=False) + "\n")
-    return _write(os.path.join(out_dir, task_name + "_predictions.jsonl"), "".join(rows))
+    return _write(_path(stem, test_path), "".join(rows))
   text = "".join("".join(f"{w}\t{tag}\n" for w, tag in zip(s.words, t, strict=True)) + "\n"
                  for s, t in zip(sentences, tags, strict=True))
-  return _write(os.path.join(out_dir, task_name + "_predictions.tsv"), text)
+  return _write(_path(stem, test_path), text)

@@ -158,15 +158,15 @@ class _UserSentenceTask(_UserFiles):
   def note_length(self, n_tokens: int) -> None:
     self._counter.add(n_tokens > self.max_seq_length)
 
-  def write_predictions(self, predictions: Any, out_dir: str) -> str:
-    """Writes ``<out_dir>/<name>_predictions.{tsv,jsonl}`` for the test split: its ids and
+  def write_predictions(self, predictions: Any, stem: str) -> str:
+    """Writes ``<stem>.{tsv,jsonl}`` (one trial's file) for the test split: its ids and
     texts and the predicted label / score. ``predictions``: the head's per-example outputs
     (dicts with ``eid`` and ``logits`` or ``predictions``), a list or a mapping by eid."""
     path, records = self.read_split("test")
     by_eid = user_predictions.outputs_by_eid(predictions)
     values = [self.prediction_value(by_eid[i]) if i in by_eid else None
               for i in range(len(records))]
-    return user_predictions.write_table(self.spec, self.name, path, records, values, out_dir)
+    return user_predictions.write_table(self.spec, path, records, values, stem)
 
 
 class UserClassificationTask(_UserSentenceTask, ClassificationTask):
@@ -324,8 +324,8 @@ class UserTaggingTask(_UserFiles, TaggingTask):
     default = ("precision", "recall", "f1") if self.spec.spans else ("accuracy",)
     return scoring.TaggingScorer(self.label_mapping, self.spec.metrics or default)
 
-  def write_predictions(self, predictions: Any, out_dir: str) -> str:
-    """Writes ``<out_dir>/<name>_predictions.{tsv,jsonl}`` for the test split: CoNLL-style
+  def write_predictions(self, predictions: Any, stem: str) -> str:
+    """Writes ``<stem>.{tsv,jsonl}`` (one trial's file) for the test split: CoNLL-style
     ``word<TAB>tag`` lines (JSONL: tokens and tags) in the tag scheme of the train file;
     words past ``max_seq_length`` get ``O``. ``predictions`` as for the sentence tasks."""
     path, sentences = self.read_split("test")
@@ -341,7 +341,7 @@ class UserTaggingTask(_UserFiles, TaggingTask):
       n = 0 if out is None else int(round(float(sum(out["labels_mask"]))))
       words_tags = [inverse[int(t)] for t in out["predictions"][:n]] if n else []
       tags.append(user_predictions.word_tags(words_tags, len(s.words), scheme))
-    return user_predictions.write_tagged(self.spec, self.name, path, sentences, tags, out_dir)
+    return user_predictions.write_tagged(self.spec, path, sentences, tags, stem)
 
 
 def make_user_task(name: str, raw_data_dir: str, tokenizer: Any, max_seq_length: int,
