@@ -2,10 +2,12 @@
 
 `acquire(folder)` creates `<folder>/.run.lock` holding the run's host, process id, process
 start time (Linux: `/proc/<pid>/stat`, so a reused id is not taken for the holder), boot id,
-start date and command line. A second run on the folder is refused with one line naming the
-holder. A lock whose holder is dead on this host (killed, SIGKILLed, a crash, a reboot) is
-taken over, with one line. A lock from another host is never taken: this host cannot tell
-whether that run still goes on; the line names it and the `rm` command that clears it.
+start date, command line and the folder's real path (a lock copied along with the folder, by
+`cp -r`, is no lock on the copy: it is replaced). A second run on the folder is refused with
+one line naming the holder. A lock whose holder is dead on this host (killed, SIGKILLed, a
+crash, a reboot) is taken over, with one line. A lock from another host is never taken: this
+host cannot tell whether that run still goes on; the line names it and the `rm` command that
+clears it.
 
 Locally the lock is created whole (written and fsynced under a temporary name, then hard-linked
 to its name, which fails if it exists; `O_CREAT | O_EXCL` where hard links are not supported),
@@ -68,8 +70,15 @@ def _boot_id() -> str:
     return ""
 
 
-def _me() -> dict[str, str | int | None]:
-  return {"host": socket.gethostname(), "pid": os.getpid(), "start": _proc_start(os.getpid()),
+def _where(path: str) -> str:
+  """The folder a lock file `path` locks, as the lock records it."""
+  folder = os.path.dirname(path)
+  return folder if "://" in folder else os.path.realpath(folder)
+
+
+def _me(path: str) -> dict[str, str | int | None]:
+  return {"folder": _where(path), "host": socket.gethostname(), "pid": os.getpid(),
+          "start": _proc_start(os.getpid()),
           "boot": _boot_id(), "since": time.strftime("%Y-%m-%d %H:%M:%S UTC", time.gmtime()),
           "command": shlex.join([os.path.basename(sys.executable), *sys.argv]),
           "token": _TOKEN}
@@ -119,14 +128,14 @@ def _read(path: str) -> tuple[dict | None, bytes | None]:
   return (holder if isinstance(holder, dict) else None), raw
 
 
-def _content() -> bytes:
-  return (json.dumps(_me(), sort_keys=True) + "\n").encode("utf-8")
+def _content(path: str) -> bytes:
+  return (json.dumps(_me(path), sort_keys=True) + "\n").encode("utf-8")
 
 
 def _write_temp(path: str) -> str:
   tmp = atomic_io._temp_name(path)
   with open(tmp, "wb") as f:
-    f.write(_content())
+    f.write(_content(path))
     f.flush()
     os.fsync(f.fileno())
   return tmp
@@ -147,7 +156,7 @@ def _create(path: str) -> bool:
     except FileExistsError:
       return False
     with os.fdopen(fd, "wb") as f:
-      f.write(_content())
+      f.write(_content(path))
       f.flush()
       os.fsync(f.fileno())
   finally:
@@ -167,7 +176,7 @@ def _take_over(path: str, raw: bytes) -> bool:
     return False
   try:
     with os.fdopen(fd, "wb") as f:
-      f.write(_content())
+      f.write(_content(path))
     if _read(path)[1] != raw:
       return False
     os.replace(_write_temp(path), path)
@@ -198,6 +207,12 @@ def acquire(folder: str) -> str | None:
     if holder.get("token") == _TOKEN:
       _hold(path)
       return None
+    if holder.get("folder", _where(path)) != _where(path):  # copied with the folder
+      if _take_over(path, raw):
+        _hold(path)
+        return None
+      time.sleep(0.05)
+      continue
     if holder.get("host") != socket.gethostname():
       raise _foreign(folder, path, holder)
     if _alive_here(holder):
@@ -236,7 +251,7 @@ def _acquire_remote(folder: str, path: str) -> str | None:
             f"({_describe(holder)})")
   if raw is None or note:
     with fs.GFile(path, "wb") as f:
-      f.write(_content())
+      f.write(_content(path))
   holder, _ = _read(path)
   if (holder or {}).get("token") != _TOKEN:
     raise FolderLockedError(f"{folder} is in use by another run, started at the same time "

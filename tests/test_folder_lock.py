@@ -7,6 +7,7 @@ from __future__ import annotations
 import json
 import os
 import pathlib
+import shutil
 import signal
 import socket
 import subprocess
@@ -170,3 +171,21 @@ def test_of_runs_starting_at_once_exactly_one_gets_the_lock(tmp_path, dead_holde
   said = sorted(procs.finish(p).strip() for p in starters)
   assert said == ["got"] + ["refused"] * 5, said
   assert not (folder / folder_lock.LOCK_NAME).exists()  # released at exit
+
+
+def _other_process_acquires(folder: pathlib.Path) -> str:
+  return subprocess.run([sys.executable, "-c", _STARTER, str(folder), "0"],
+                        cwd=pathlib.Path(__file__).parent.parent, capture_output=True,
+                        text=True, check=True).stdout.strip()
+
+
+def test_a_lock_copied_with_its_folder_is_no_lock_on_the_copy(tmp_path):
+  """`cp -r` of a folder a live run holds: the copy is free, the original still held."""
+  original = tmp_path / "run"
+  assert folder_lock.acquire(str(original)) is None
+  copy = tmp_path / "copy"
+  shutil.copytree(original, copy)
+  out = _other_process_acquires(copy)
+  assert out == "got", out
+  assert _other_process_acquires(original).startswith("refused"), "the original lost its lock"
+  folder_lock.release(str(original))

@@ -20,7 +20,7 @@ import tensorflow as tf
 from helpers import pretrain_data, procs, read_faults, toy_train
 from helpers.paths import GOLDEN, REPO_ROOT
 
-from electra_tf import checkpoints, training
+from electra_tf import checkpoints, folder_lock, training
 from electra_tf.training import checkpoint_files, checkpointing
 
 ENV = {**os.environ, "TF_CPP_MIN_LOG_LEVEL": "3", "CUDA_VISIBLE_DEVICES": "-1",
@@ -38,6 +38,7 @@ def trained(tmp_path_factory) -> pathlib.Path:
   """A toy run's folder with ckpt-10 and ckpt-20 (copied by each test that changes it)."""
   folder = tmp_path_factory.mktemp("toy")
   toy_train.run(_one_device(), str(folder), 20, log_fn=lambda line: None)
+  folder_lock.release(str(folder))  # this process trained it; the tests' runs use copies
   return folder
 
 
@@ -53,7 +54,8 @@ def _copy(trained: pathlib.Path, tmp_path: pathlib.Path) -> pathlib.Path:
 
 def _digests(folder: pathlib.Path) -> dict[str, str]:
   return {str(p.relative_to(folder)): hashlib.sha256(p.read_bytes()).hexdigest()
-          for p in sorted(folder.rglob("*")) if p.is_file()}
+          for p in sorted(folder.rglob("*"))
+          if p.is_file() and p.name != folder_lock.LOCK_NAME}  # a run's lock is not its work
 
 
 def _failing_restore(monkeypatch, failures: int, error: tf.errors.OpError) -> list[str]:
