@@ -1,5 +1,6 @@
 """What benchmarks/chaos.py checks on disk once a killed run series completes, against one
-uninterrupted run of the same command; and the damage a power cut leaves.
+uninterrupted run of the same command; good checkpoints set aside; and the damage a power cut
+leaves on any file written in its last moments.
 
 Each check returns a list of one-line problems (empty: passed). Checkpoints are read with
 ``tf.train.load_checkpoint``, independently of the library's own resume code.
@@ -179,21 +180,77 @@ def leftovers(root: pathlib.Path) -> list[str]:
   return sorted(found)
 
 
-def damage(model_dirs: list[pathlib.Path], since: float, rng: random.Random) -> str:
-  """A power cut: the newest complete checkpoint written since ``since`` (epoch seconds) loses
-  the end of its data file or of its index, as unflushed pages do; returns what was cut."""
-  newest = []
-  for d in model_dirs:
-    for step in complete_steps(d)[:1]:
-      index = d / f"ckpt-{step}.index"
-      if index.stat().st_mtime >= since:
-        newest.append((index.stat().st_mtime, d, step))
-  if not newest:
+
+
+_REJECTED = re.compile(r"\.rejected(-\d+)?$")
+RECENT = 2.0  # s: what a power cut may lose was written this long before it, or since the run began
+
+
+def files(root: pathlib.Path) -> set[str]:
+  """Every file under root, relative to it."""
+  return {os.path.relpath(os.path.join(folder, name), root)
+          for folder, _, names in os.walk(root) for name in names}
+
+
+def set_aside(root: pathlib.Path) -> set[str]:
+  """Checkpoints set aside under root (``<prefix>.rejected[-n]/`` folders), relative to root."""
+  return {os.path.relpath(os.path.join(folder, d), root)
+          for folder, dirs, _ in os.walk(root) for d in dirs if _REJECTED.search(d)}
+
+
+def good_set_aside(root: pathlib.Path, before: set[str]) -> list[str]:
+  """The checkpoints set aside under root since ``before`` (set_aside's earlier answer) that
+  read back whole and finite: a good checkpoint must never be moved."""
+  problems = []
+  for rel in sorted(set_aside(root) - before):
+    folder = root / rel
+    prefix = folder / _REJECTED.sub("", folder.name)
+    if (pathlib.Path(f"{prefix}.index")).exists() and unusable(str(prefix)) is None:
+      problems.append(f"the good checkpoint {prefix.name} was moved to {rel}")
+  return problems
+
+
+def _unrenamed(path: pathlib.Path, root: pathlib.Path, pid: int) -> pathlib.Path:
+  """The name ``path`` had before the rename a power cut lost: TensorFlow's ``ckpt-N_temp/``
+  for a checkpoint file, ``checkpoint.tmp<hex>`` for its state file, else atomic_io's hidden
+  ``.<name>.tmp-<pid>-<id>``."""
+  m = re.match(r"^(ckpt-\d+)\.(index|data-.*)$", path.name)
+  if m and path.parent.name != "tf1":
+    temp = path.parent / f"{m.group(1)}_temp"
+    temp.mkdir(exist_ok=True)
+    return temp / f"part-00000-of-00001.{m.group(2)}"
+  if path.name == "checkpoint" and path.parent.name != "tf1":
+    return path.parent / f"checkpoint.tmp{os.urandom(16).hex()}"
+  return path.parent / f".{path.name}.tmp-{pid}-{os.urandom(4).hex()}"
+
+
+def damage(root: pathlib.Path, since: float, cut_at: float | None, existed: set[str],
+           pid: int, rng: random.Random) -> str:
+  """A power cut at ``cut_at`` (epoch seconds) on a run that began at ``since``: one file
+  written in its last RECENT seconds (else since the run began) is left empty, short (unflushed
+  pages lost) or, when the run created it, under the temporary name it had before its rename
+  (the rename never reached the disk); returns what was done, relative to root."""
+  written = []
+  for rel in sorted(files(root)):
+    path = root / rel
+    try:
+      mtime = path.stat().st_mtime
+    except FileNotFoundError:
+      continue
+    if mtime >= since and not _REJECTED.search(path.parent.name):
+      written.append((mtime, rel))
+  if not written:
     return "nothing written to cut"
-  _, d, step = max(newest)
-  victim = rng.choice(sorted(d.glob(f"ckpt-{step}.data-*")) + [d / f"ckpt-{step}.index"])
+  recent = [rel for mtime, rel in written if cut_at is not None and mtime >= cut_at - RECENT]
+  rel = rng.choice(recent or [rel for _, rel in written])
+  victim = root / rel
+  how = rng.choice(["empty", "short", "un-renamed"] if rel not in existed else ["empty", "short"])
   size = victim.stat().st_size
-  keep = int(size * rng.uniform(0.0, 0.9))
+  if how == "un-renamed":
+    temp = _unrenamed(victim, root, pid)
+    victim.rename(temp)
+    return f"{rel} un-renamed ({temp.relative_to(root)})"
+  keep = 0 if how == "empty" else int(size * rng.uniform(0.1, 0.9))
   with open(victim, "r+b") as f:
     f.truncate(keep)
-  return f"{victim.name} cut to {keep} of {size} bytes"
+  return f"{rel} {'emptied' if how == 'empty' else 'cut'} to {keep} of {size} bytes"
