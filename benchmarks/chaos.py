@@ -167,23 +167,6 @@ class Outcome:
     return any(self.problems.values())
 
 
-def lost_work(r: runs.Run, dirs: list[pathlib.Path], before: list[int], after: list[int],
-              n: int) -> list[str]:
-  """Saved work run n threw away: a model restored from an older step than its newest usable
-  checkpoint, or a usable checkpoint gone after the run."""
-  lost = {}
-  for e in r.events:
-    if e["ev"] == "restore" and pathlib.Path(e["dir"]) in dirs:
-      i = dirs.index(pathlib.Path(e["dir"]))
-      if e["step"] < before[i]:
-        lost[i] = (f"run {n} restarted {dirs[i].name} at step {e['step']}, "
-                   f"its ckpt-{before[i]} was usable")
-  for i, (b, a) in enumerate(zip(before, after, strict=True)):
-    if a < b and i not in lost:
-      lost[i] = f"run {n} left {dirs[i].name} without its usable ckpt-{b} (newest usable: {a})"
-  return [lost[i] for i in sorted(lost)]
-
-
 class Pace:
   """How fast runs go now compared with the reference run (the machine's load changes): the
   median, over the latest runs of a kind, of their start-up time (process start to the
@@ -287,7 +270,7 @@ def check_run(out: Outcome, r: runs.Run, folder: pathlib.Path, dirs: list[pathli
     out.problems["lost"] += [f"run {out.runs} (--restart) kept no usable ckpt-{b} of {d.name} "
                              "aside" for d, b, a in zip(dirs, before, kept, strict=True) if a < b]
   else:
-    out.problems["lost"] += lost_work(r, dirs, before, after, out.runs)
+    out.problems["lost"] += checks.lost_work(r.events, dirs, before, after, out.runs)
   saved = collections.defaultdict(set)
   for e in r.events:
     if e["ev"] == "saved":
@@ -332,10 +315,15 @@ def check_final(out: Outcome, ref: dict, folder: pathlib.Path, dirs: list[pathli
   out.problems["leftovers"] += [f"left {p}" for p in checks.leftovers(folder)]
 
 
+def reference_name(kind: str, variant: str) -> str:
+  """The work folder's name for the reference run of (kind, variant)."""
+  return f"reference-{kind}-{variant.replace(' ', '_').replace('>', '')}"
+
+
 def reference(kind: str, variant: str, data: pathlib.Path, work: pathlib.Path) -> dict:
   """One uninterrupted run of (kind, variant) with the trial's final settings and the injector
   recording: its folder, final steps and call statistics."""
-  name = f"reference-{kind}-{variant.replace(' ', '_').replace('>', '')}"
+  name = reference_name(kind, variant)
   folder = runs.copy_data(data, kind, work / name)
   r = runs.run(runs.command(kind, folder, variant), None, work / f"{name}.events")
   if r.returncode != 0 or runs.traceback_of(r.output):

@@ -76,6 +76,23 @@ def usable_step(model_dir: pathlib.Path) -> int:
   return 0
 
 
+def lost_work(events: list[dict], dirs: list[pathlib.Path], before: list[int], after: list[int],
+              n: int) -> list[str]:
+  """Saved work run n threw away: a model restored from an older step than its newest usable
+  checkpoint, or a usable checkpoint gone after the run."""
+  lost = {}
+  for e in events:
+    if e["ev"] == "restore" and pathlib.Path(e["dir"]) in dirs:
+      i = dirs.index(pathlib.Path(e["dir"]))
+      if e["step"] < before[i]:
+        lost[i] = (f"run {n} restarted {dirs[i].name} at step {e['step']}, "
+                   f"its ckpt-{before[i]} was usable")
+  for i, (b, a) in enumerate(zip(before, after, strict=True)):
+    if a < b and i not in lost:
+      lost[i] = f"run {n} left {dirs[i].name} without its usable ckpt-{b} (newest usable: {a})"
+  return [lost[i] for i in sorted(lost)]
+
+
 def latest_problems(model_dir: pathlib.Path, final: int) -> list[str]:
   """The state file and the newest complete checkpoint name ckpt-<final>, which is usable."""
   problems = []
