@@ -6,11 +6,12 @@ it completes, and checks that nothing was lost.
 
 Trial K (odd: pre-training, even: fine-tuning) draws from (seed, K) its settings (pre-training:
 plain, gradient accumulation, float16 mixed precision, or a second run with --restart;
-fine-tuning: plain, keep_all_models false, or flags changed after the first run:
-keep_all_models false->true, num_trials 3->2, n_writes_test 2->1) and 2-4 faults, each a kind:
-SIGKILL, SIGINT, SIGTERM, two SIGINTs, a power cut (SIGKILL, then one file the run wrote in
-its last moments is left empty, short, or under its temporary name), a transient read error
-(the 1st, or 1st and 2nd, checkpoint read raise tf.errors.UnavailableError), a write error
+fine-tuning: plain, keep_all_models false, a GLUE task (sst) besides the user task, or flags
+changed after the first run: keep_all_models false->true, num_trials 3->2, n_writes_test
+2->1) and 2-4 faults, each a kind: SIGKILL, SIGINT, SIGTERM, two SIGINTs, a power cut
+(SIGKILL, then one file the run wrote in its last moments is left empty, short, or under its
+temporary name), a transient read error (the 1st, or 1st and 2nd, checkpoint read raise
+tf.errors.UnavailableError), a write error
 (UnavailableError, or OSError EIO for a local atomic write), ENOSPC inside a write, or a
 second run of the same command started beside it; at a moment: a time since the process
 started (signals only; from 0.1 s on: before that Python itself starts), or before, during
@@ -311,7 +312,7 @@ def check_final(out: Outcome, ref: dict, folder: pathlib.Path, dirs: list[pathli
   if out.kind == "finetune":
     out.problems["results"] += checks.result_problems(
         ref["folder"] / "models" / runs.MODEL, folder / "models" / runs.MODEL, runs.TASK,
-        runs.hparams_of(out.kind, out.variant)["num_trials"])
+        runs.hparams_of(out.kind, out.variant)["num_trials"], runs.tasks_of(out.variant))
   out.problems["leftovers"] += [f"left {p}" for p in checks.leftovers(folder)]
 
 

@@ -149,13 +149,15 @@ def weight_problems(ref_dirs: list[pathlib.Path], got_dirs: list[pathlib.Path],
 
 
 def result_problems(ref_home: pathlib.Path, got_home: pathlib.Path, task: str,
-                    num_trials: int) -> list[str]:
+                    num_trials: int, tasks: str | None = None) -> list[str]:
   """Every trial's dev result present exactly once and equal to the uninterrupted run's (the
-  results .json, .txt, .pkl) and the same test predictions."""
+  results .json, .txt, .pkl of ``tasks``, the run's tasks joined, default ``task``) and the
+  same test predictions of the user task ``task``."""
   import json
 
   problems = []
-  path = got_home / "results" / f"{task}_results.json"
+  tasks = tasks or task
+  path = got_home / "results" / f"{tasks}_results.json"
   try:
     got = json.loads(path.read_text())
   except (OSError, ValueError) as e:
@@ -167,7 +169,7 @@ def result_problems(ref_home: pathlib.Path, got_home: pathlib.Path, task: str,
                     f"{got.get('num_trials')}), not {num_trials}")
   elif got != want:
     problems.append(f"{path.name} differs from the uninterrupted run's")
-  for name in (f"{task}_results.txt", f"{task}_results.pkl", f"{task}_predictions.tsv"):
+  for name in (f"{tasks}_results.txt", f"{tasks}_results.pkl", f"{task}_predictions.tsv"):
     folder = "test_predictions" if name.endswith(".tsv") else "results"
     a, b = ref_home / folder / name, got_home / folder / name
     if not b.exists():

@@ -102,6 +102,13 @@ def build_data(root: pathlib.Path, shared: pathlib.Path | None = None) -> None:
        [[f"r{i}", text, label] for i, (text, label) in enumerate(dev[33:49])])):
     with open(task / f"{name}.csv", "w", encoding="utf-8", newline="") as f:
       csv.writer(f).writerows([header, *rows])
+  sst = root / "finetune" / "finetuning_data" / "sst"  # a GLUE task: other SST-2 rows
+  sst.mkdir()
+  for name, rows, span in (("train", _tsv(glue / "train.tsv"), slice(65, 97)),
+                           ("dev", dev, slice(49, 61)), ("test", _tsv(glue / "test.tsv"),
+                                                         slice(1, 9))):
+    (sst / f"{name}.tsv").write_text(
+        "".join("\t".join(r) + "\n" for r in [rows[0], *rows[span]]), encoding="utf-8")
 
 
 def _tsv(path: pathlib.Path) -> list[list[str]]:
@@ -126,7 +133,8 @@ VARIANTS = {
                "keep_all_models false->true": {"first": {"keep_all_models": False}},
                "num_trials 3->2": {"first": {"num_trials": 3}},
                "n_writes_test 2->1": {"hparams": {"n_writes_test": 1},
-                                      "first": {"n_writes_test": 2}}},
+                                      "first": {"n_writes_test": 2}},
+               "with GLUE sst": {"hparams": {"task_names": [TASK, "sst"]}}},
 }
 
 
@@ -159,7 +167,12 @@ def model_dirs(kind: str, data_dir: pathlib.Path, variant: str = "plain") -> lis
     return [home]
   h = hparams_of(kind, variant)
   trials = range(1, h["num_trials"] + 1) if h["keep_all_models"] else [h["num_trials"]]
-  return [home / "finetuning_models" / f"{TASK}_model_{t}" for t in trials]
+  return [home / "finetuning_models" / f"{tasks_of(variant)}_model_{t}" for t in trials]
+
+
+def tasks_of(variant: str) -> str:
+  """The fine-tuning tasks of ``variant`` as the folder and results names join them."""
+  return ",".join(hparams_of("finetune", variant)["task_names"])
 
 
 @dataclasses.dataclass
