@@ -230,17 +230,28 @@ def good_set_aside(root: pathlib.Path, before: set[str]) -> list[str]:
 
 
 def _unrenamed(path: pathlib.Path, root: pathlib.Path, pid: int) -> pathlib.Path:
-  """The name ``path`` had before the rename a power cut lost: TensorFlow's ``ckpt-N_temp/``
-  for a checkpoint file, ``checkpoint.tmp<hex>`` for its state file, else atomic_io's hidden
+  """Moves ``path`` back to the name it had before the rename a power cut lost; returns it:
+  TensorFlow's ``ckpt-N_temp/`` for a checkpoint file, ``checkpoint.tmp<hex>`` for its state
+  file, the staged folder's hidden name for a file of ``input_state/ckpt-N/`` (the folder is
+  renamed whole), the scratch folder of the ``tf1/`` copy, else atomic_io's hidden
   ``.<name>.tmp-<pid>-<id>``."""
+  tag = f"tmp-{pid}-{os.urandom(4).hex()}"
   m = re.match(r"^(ckpt-\d+)\.(index|data-.*)$", path.name)
-  if m and path.parent.name != "tf1":
-    temp = path.parent / f"{m.group(1)}_temp"
-    temp.mkdir(exist_ok=True)
-    return temp / f"part-00000-of-00001.{m.group(2)}"
-  if path.name == "checkpoint" and path.parent.name != "tf1":
-    return path.parent / f"checkpoint.tmp{os.urandom(16).hex()}"
-  return path.parent / f".{path.name}.tmp-{pid}-{os.urandom(4).hex()}"
+  if path.parent.parent.name == "input_state":
+    temp = path.parent.parent / f".{path.parent.name}.{tag}"
+    path.parent.rename(temp)
+    return temp
+  if path.parent.name == "tf1" and path.name.startswith("model.ckpt."):
+    temp = path.parent / f".model.ckpt.{tag}" / path.name
+  elif m:
+    temp = path.parent / f"{m.group(1)}_temp" / f"part-00000-of-00001.{m.group(2)}"
+  elif path.name == "checkpoint" and path.parent.name != "tf1":
+    temp = path.parent / f"checkpoint.tmp{os.urandom(16).hex()}"
+  else:
+    temp = path.parent / f".{path.name}.{tag}"
+  temp.parent.mkdir(exist_ok=True)
+  path.rename(temp)
+  return temp
 
 
 def damage(root: pathlib.Path, since: float, cut_at: float | None, existed: set[str],
@@ -267,7 +278,6 @@ def damage(root: pathlib.Path, since: float, cut_at: float | None, existed: set[
   size = victim.stat().st_size
   if how == "un-renamed":
     temp = _unrenamed(victim, root, pid)
-    victim.rename(temp)
     return f"{rel} un-renamed ({temp.relative_to(root)})"
   keep = 0 if how == "empty" else int(size * rng.uniform(0.1, 0.9))
   with open(victim, "r+b") as f:
