@@ -247,8 +247,9 @@ def run_trial(k: int, seed: int, kills: list[dict], data: pathlib.Path, ref: dic
       out.problems["exit"].append(f"run {out.runs}: {r.problem or f'exit status {r.returncode}'}"
                                   f" ({last[0][:160]!r})")
       break
-    if not pending:  # else the next fault goes to a rerun of the completed command
-      check_final(out, ref, folder, dirs)
+    changed = out.runs == 1 and "first" in runs.VARIANTS[out.kind][out.variant]
+    if not pending and not changed:  # else a rerun of the completed command (the next fault;
+      check_final(out, ref, folder, dirs)  # the final flags)
       break
   out.seconds = time.monotonic() - start
   return out
