@@ -210,7 +210,7 @@ def _errs(hook: str, n: int) -> bool:
 
 def _raise_fault(hook: str, n: int, fn, args, kwargs):
   """Runs call n of ``hook`` failing as planned."""
-  path = args[0] if args else kwargs.get("path", "?")
+  path = next((a for a in (*args, *kwargs.values()) if isinstance(a, (str, os.PathLike))), "?")
   if n == int(_KILL["call"]):
     _event(ev="kill", signal=_KILL["fault"], t=time.monotonic() - _T0)
     with _OUTPUT:
