@@ -1,40 +1,55 @@
-"""Randomized kill harness: kills pre-training and fine-tuning runs at moments drawn from a seed,
-reruns each until it completes, and checks that nothing was lost.
+"""Randomized fault harness: kills pre-training and fine-tuning runs, fails their reads and
+writes, starts them twice and cuts their power at moments drawn from a seed, reruns each until
+it completes, and checks that nothing was lost.
 
     python benchmarks/chaos.py [--trials 40] [--seed 0] [--only K[,K...]] [--jobs 2]
 
-Trial K (odd: pre-training, even: fine-tuning) draws from (seed, K) 2-4 kills, each a fault
-(SIGKILL, SIGINT, SIGTERM, two SIGINTs, or a power cut: SIGKILL, then the newest checkpoint
-loses the end of its data or index file) at a moment: a time since the process started
-(from 0.1 s on: before that Python itself starts), or
-before, during or after the k-th call of a function that writes (a checkpoint save, an input
-state save, an atomic file write, the fine-tuning results, test predictions, feature cache or
-official-name copy, the start of a trial, an rmtree, the dev evaluation). The run series starts
-in a fresh folder; each run is the same command as one uninterrupted reference run, with the
-next kill planned (a run that completes first passes the next kill to a rerun); once the kills
-are spent the command is rerun until it completes.
+Trial K (odd: pre-training, even: fine-tuning) draws from (seed, K) its settings (pre-training:
+plain, gradient accumulation, float16 mixed precision, or a second run with --restart;
+fine-tuning: plain, keep_all_models false, a GLUE task (sst) besides the user task, or flags
+changed after the first run: keep_all_models false->true, num_trials 3->2, n_writes_test
+2->1) and 2-4 faults, each a kind: SIGKILL, SIGINT, SIGTERM, two SIGINTs, a power cut
+(SIGKILL, then one file the run wrote in its last moments is left empty, short, or under its
+temporary name), a transient read error (the 1st, or 1st and 2nd, checkpoint read raise
+tf.errors.UnavailableError), a write error
+(UnavailableError, or OSError EIO for a local atomic write), ENOSPC inside a write, or a
+second run of the same command started beside it; at a moment: a time since the process
+started (signals only; from 0.1 s on: before that Python itself starts), or before, during
+or after the k-th call of a hooked function (chaos_inject/sitecustomize.py HOOKS: checkpoint
+save, read and state file, the set-aside of a checkpoint, input state, atomic writes, staged
+folders, removals and moves aside, the fine-tuning results, test predictions, feature cache,
+official-name copy, trial start and finished-trial check, the dev evaluation, an rmtree). The
+series starts in a fresh folder; each run is the command of one uninterrupted reference run
+with the trial's final settings, with the next fault planned (a run that completes first
+passes the next fault to a rerun); once the faults are spent the command is rerun until it
+completes.
 
 A small ``sitecustomize`` (benchmarks/chaos_inject/, on the runs' PYTHONPATH only) fires the
-kills from inside the process, so they land inside writes that last milliseconds; call
+faults from inside the process, so they land inside writes that last milliseconds; call
 durations measured in the reference run place the "during" moments. It prints a marker line
-right before the signal, so the output after the kill is known exactly.
+right before the fault, so the output after it is known exactly. A hooked function that no
+longer exists stops the harness before any run (and any run that meets it) with one line.
 
 Checks, against the reference run: final weights bit-identical (the pre-training checkpoint;
-every fine-tuning trial's checkpoint and its tf1/ copy, optimizer slots included); every
+every kept fine-tuning trial's checkpoint and its tf1/ copy, optimizer slots included); every
 trial's dev result present exactly once (results .json/.txt/.pkl, test predictions equal); the
 latest checkpoint (state file and newest on disk) is the final one and is readable and finite,
 and after each rerun no unusable checkpoint newer than its restore point is left in place and
 every checkpoint the reference saves after that point is saved again; no temporary files or
 partial checkpoints left; no traceback in any output; no saved work lost (a rerun restores
-each model from its newest usable checkpoint and never deletes one); every kill followed by at
-most one line of at most 300 characters (not counting the progress and ``Saved`` lines of the
-step a first SIGINT / SIGTERM lets finish) and the signal's exit status.
+each model from its newest usable checkpoint and never deletes one; --restart keeps it aside);
+no good checkpoint ever moved aside (``*.rejected*`` that reads back whole and finite); every
+kill followed by at most one line of at most 300 characters (not counting the progress and
+``Saved`` lines of the step a first SIGINT / SIGTERM lets finish) and the signal's exit
+status; an error fault either retried (the run completes) or ending the run with one line and
+status 1; a second run refused in one line naming the first's process id, saving nothing.
 Timed moments are stretched by how much slower than the reference the latest runs started.
 
-One line per trial; a failing one ends with the arguments replaying it alone. The last line:
-``chaos: <passed>/<N> runs resumed bit-identical, <L> lost, <T> tracebacks`` (passed: trials
-whose final weights are bit-identical; L: trials that lost saved work; T: runs whose output
-held a traceback). Exit status 1 if any check failed in any trial.
+One line per trial; a failing one ends with the arguments replaying it alone. Then the trials
+failing each check, the faults reached of those drawn per kind, and last:
+``chaos: <P>/<N> runs complete, nothing lost | <L> lost, <T> tracebacks (<K> faults reached of
+<M> drawn)`` (P: trials passing every check; L: trials that lost saved work; T: runs whose
+output held a traceback). Exit status 1 if any check failed in any trial.
 """
 
 from __future__ import annotations
@@ -60,41 +75,64 @@ os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
 import chaos_checks as checks  # noqa: E402
 import chaos_runs as runs  # noqa: E402
 
-FAULTS = {"SIGKILL": 30, "SIGINT": 20, "SIGTERM": 20, "SIGINT x2": 15, "power cut": 15}
+FAULTS = {"SIGKILL": 20, "SIGINT": 12, "SIGTERM": 12, "SIGINT x2": 8, "power cut": 16,
+          "read error": 10, "write error": 8, "ENOSPC": 8, "second run": 6}
+SIGNALS = {"SIGKILL": "SIGKILL", "SIGINT": "SIGINT", "SIGTERM": "SIGTERM", "SIGINT x2": "SIGINT",
+           "power cut": "SIGKILL"}
+ERROR_AT = {"write error": ("ckpt_save", "atomic_write", "tf_state_write"),
+            "ENOSPC": ("ckpt_save", "atomic_write", "input_state_save", "staged_dir", "tf1_save",
+                       "tf_state_write")}
 FIRST_MOMENT = 0.1  # s: before it Python itself starts (a Ctrl-C then is its own traceback)
-STEP_HOOKS = {"ckpt_save", "input_state_save", "rmtree"}  # called again for each step saved
-CHECKS = ("weights", "latest", "results", "lost", "leftovers", "tracebacks", "kill", "exit")
+STEP_HOOKS = {"ckpt_save", "input_state_save", "rmtree", "tf_state_write", "staged_dir",
+              "atomic_write"}  # called again for each step saved
+CHECKS = ("weights", "latest", "results", "lost", "aside", "leftovers", "tracebacks", "kill",
+          "fault", "second run", "exit")
 
 
 def kind_of(k: int) -> str:
   return runs.KINDS[(k - 1) % 2]
 
 
-def draw_kills(seed: int, k: int, stats: dict) -> list[dict]:
-  """Trial k's kill plans, a function of (seed, k) and the reference run's call statistics.
+def variant_of(seed: int, k: int) -> str:
+  """Trial k's settings (chaos_runs.VARIANTS), drawn from (seed, k) alone; plain half the time."""
+  rng = random.Random(f"chaos settings {seed} {k}")
+  others = [v for v in runs.VARIANTS[kind_of(k)] if v != "plain"]
+  return "plain" if rng.random() < 0.5 else rng.choice(others)
 
-  Kill r aims at the part a run still has to do after r kills (about 0.6^r of it)."""
+
+def draw_kills(seed: int, k: int, stats: dict) -> list[dict]:
+  """Trial k's fault plans, a function of (seed, k) and the reference run's call statistics.
+
+  Fault r aims at the part a run still has to do after r faults (about 0.6^r of it). A read
+  error is never the first fault: a fresh folder holds no checkpoint to read."""
   rng = random.Random(f"chaos {seed} {k}")
   kills = []
+  calls = stats["calls"]
   for r in range(rng.randint(2, 4)):
     left = 0.6 ** r
     fault = rng.choices(list(FAULTS), list(FAULTS.values()))[0]
-    kill = {"fault": fault, "signal": {"power cut": "SIGKILL", "SIGINT x2": "SIGINT"}.get(
-        fault, fault), "repeat": 2 if fault == "SIGINT x2" else 1,
-        "gap": round(rng.uniform(0.0, 1.0), 3)}
+    while fault == "read error" and r == 0 or (
+        fault in ERROR_AT and not set(ERROR_AT[fault]) & set(calls)):
+      fault = rng.choices(list(FAULTS), list(FAULTS.values()))[0]
+    kill = {"fault": fault, "signal": SIGNALS.get(fault), "repeat": 2 if fault == "SIGINT x2"
+            else 1, "gap": round(rng.uniform(0.0, 1.0), 3)}
     at_start, u, hook_u, when = rng.random() < 0.35, rng.random(), rng.random(), rng.choices(
         ("before", "during", "after"), (20, 60, 20))[0]
-    calls = stats["calls"]
-    if at_start or not calls:
+    if fault == "read error":
+      kill.update(at="ckpt_read", call=1, when="before", delay=0.0, repeat=rng.randint(1, 2))
+    elif fault == "second run":
+      kill.update(at="restore", call=1, when="after", delay=0.0)
+    elif fault in SIGNALS and (at_start or not calls):
       span = stats["restore_t"] + (stats["seconds"] - stats["restore_t"]) * left
       kill.update(at="start", call=0, when="during",
                   delay=round(FIRST_MOMENT + u * max(span - FIRST_MOMENT, 0.0), 3))
     else:
-      hook = sorted(calls)[int(hook_u * len(calls))]
+      hooks = sorted(calls) if fault in SIGNALS else sorted(set(ERROR_AT[fault]) & set(calls))
+      hook = hooks[int(hook_u * len(hooks))]
       n = max(1, math.ceil(len(calls[hook]) * left)) if hook in STEP_HOOKS else len(calls[hook])
       call = 1 + int(u * n)
       delay = round(rng.random() * calls[hook][call - 1], 4) if when == "during" else 0.0
-      kill.update(at=hook, call=call, when=when, delay=delay)
+      kill.update(at=hook, call=call, when=when if fault in SIGNALS else "before", delay=delay)
     kills.append(kill)
   return kills
 
@@ -102,6 +140,11 @@ def draw_kills(seed: int, k: int, stats: dict) -> list[dict]:
 def describe(kill: dict) -> str:
   if kill["at"] == "start":
     return f"{kill['fault']} at {kill['delay']:.1f} s"
+  if kill["fault"] == "read error":
+    return f"read error at ckpt_read #1{'-2' if kill['repeat'] == 2 else ''}"
+  if not kill.get("signal"):
+    return f"{kill['fault']} {'after' if kill['fault'] == 'second run' else 'at'} " \
+        f"{kill['at']} #{kill['call']}"
   offset = f" +{kill['delay'] * 1000:.0f} ms" if kill["when"] == "during" else ""
   return f"{kill['fault']} {kill['when']} {kill['at']} #{kill['call']}{offset}"
 
@@ -112,7 +155,9 @@ class Outcome:
 
   k: int
   kind: str
+  variant: str = "plain"
   kills: list[str] = dataclasses.field(default_factory=list)
+  faults: list[tuple[str, bool]] = dataclasses.field(default_factory=list)  # (kind, reached)
   runs: int = 0
   seconds: float = 0.0
   problems: dict[str, list[str]] = dataclasses.field(
@@ -121,23 +166,6 @@ class Outcome:
   @property
   def failed(self) -> bool:
     return any(self.problems.values())
-
-
-def lost_work(r: runs.Run, dirs: list[pathlib.Path], before: list[int], after: list[int],
-              n: int) -> list[str]:
-  """Saved work run n threw away: a model restored from an older step than its newest usable
-  checkpoint, or a usable checkpoint gone after the run."""
-  lost = {}
-  for e in r.events:
-    if e["ev"] == "restore" and pathlib.Path(e["dir"]) in dirs:
-      i = dirs.index(pathlib.Path(e["dir"]))
-      if e["step"] < before[i]:
-        lost[i] = (f"run {n} restarted {dirs[i].name} at step {e['step']}, "
-                   f"its ckpt-{before[i]} was usable")
-  for i, (b, a) in enumerate(zip(before, after, strict=True)):
-    if a < b and i not in lost:
-      lost[i] = f"run {n} left {dirs[i].name} without its usable ckpt-{b} (newest usable: {a})"
-  return [lost[i] for i in sorted(lost)]
 
 
 class Pace:
@@ -166,30 +194,51 @@ class Pace:
 
 def run_trial(k: int, seed: int, kills: list[dict], data: pathlib.Path, ref: dict,
               work: pathlib.Path, pace: Pace) -> Outcome:
-  """Kills and reruns one command until it completes, then checks it against the reference."""
-  out = Outcome(k, kind_of(k))
+  """Faults and reruns one command until it completes, then checks it against the reference."""
+  out = Outcome(k, kind_of(k), ref["variant"])
   start = time.monotonic()
   folder = runs.copy_data(data, out.kind, work / f"trial-{k}")
-  dirs, cmd = runs.model_dirs(out.kind, folder), runs.command(out.kind, folder)
+  dirs = runs.model_dirs(out.kind, folder, out.variant)
   pending = list(kills)
-  while True:  # until the kills are spent and a run completes
+  while True:  # until the faults are spent and a run completes
     out.runs += 1
+    cmd = runs.command(out.kind, folder, out.variant, out.runs)
     kill = pace.timed(out.kind, pending.pop(0) if pending else None)
     before, since = [checks.usable_step(d) for d in dirs], time.time()
+    existed, aside = checks.files(folder), checks.set_aside(folder)
     # a stop may take as long as a whole uninterrupted run (a SIGTERM while the first step is
     # traced is read once the step runs), never longer
     r = runs.run(cmd, kill, work / f"trial-{k}.run-{out.runs}.events",
                  max(runs.STOP_SECONDS, ref["seconds"]))
     (work / f"trial-{k}.run-{out.runs}.log").write_text(r.output, encoding="utf-8")
+    if r.second is not None:
+      (work / f"trial-{k}.run-{out.runs}.second.log").write_text(r.second.output, "utf-8")
     pace.add(out.kind, r.events)
-    check_run(out, r, dirs, before, ref["saves"])
+    check_run(out, r, folder, dirs, before, ref["saves"], "--restart" in cmd)
+    out.problems["aside"] += [f"run {out.runs}: {p}" for p in checks.good_set_aside(folder, aside)]
+    if kill is not None:
+      out.faults.append((kill["fault"], r.killed))
     if kill is not None and r.killed:
       note = describe(kill)
-      out.problems["kill"] += [f"run {out.runs}: {p}" for p in
-                               runs.kill_problems(kill["fault"], kill["signal"], r)]
+      if kill.get("signal"):
+        out.problems["kill"] += [f"run {out.runs}: {p}" for p in
+                                 runs.kill_problems(kill["fault"], kill["signal"], r)]
+      else:
+        out.problems["fault"] += [f"run {out.runs}: {p}" for p in
+                                  runs.fault_problems(kill["fault"], r)]
+        note += f" (exit status {r.returncode})"
       if kill["fault"] == "power cut" and r.returncode == -9:
-        note += f" ({checks.damage(dirs, since, random.Random(f'cut {seed} {k} {out.runs}'))})"
+        cut = random.Random(f"cut {seed} {k} {out.runs}")
+        note += f" ({checks.damage(folder, since, r.marked_at, existed, r.pid, cut)})"
       out.kills.append(note)
+      continue
+    if kill is not None and kill["fault"] == "second run" and r.second is not None:
+      out.faults[-1] = ("second run", True)
+      out.problems["second run"] += [f"run {out.runs}: {p}" for p in runs.second_problems(r)]
+      if r.problem or r.returncode != 0:
+        out.problems["second run"].append(
+            f"run {out.runs}, the first, ended with {r.problem or f'exit status {r.returncode}'}")
+      out.kills.append(describe(kill))
       continue
     if kill is not None:
       out.kills.append(describe(kill) + " (not reached)")
@@ -198,24 +247,32 @@ def run_trial(k: int, seed: int, kills: list[dict], data: pathlib.Path, ref: dic
       out.problems["exit"].append(f"run {out.runs}: {r.problem or f'exit status {r.returncode}'}"
                                   f" ({last[0][:160]!r})")
       break
-    if not pending:  # else the next kill goes to a rerun of the completed command
-      check_final(out, ref, folder, dirs)
+    changed = out.runs == 1 and "first" in runs.VARIANTS[out.kind][out.variant]
+    if not pending and not changed:  # else a rerun of the completed command (the next fault;
+      check_final(out, ref, folder, dirs)  # the final flags)
       break
   out.seconds = time.monotonic() - start
   return out
 
 
-def check_run(out: Outcome, r: runs.Run, dirs: list[pathlib.Path], before: list[int],
-              ref_saves: list[list[int]]) -> None:
+def check_run(out: Outcome, r: runs.Run, folder: pathlib.Path, dirs: list[pathlib.Path],
+              before: list[int], ref_saves: list[list[int]], restart: bool = False) -> None:
   """The checks of one run (before a power cut damages what it wrote): no traceback, no saved
-  work lost; after a restore, no unusable checkpoint newer than the one it chose left in place
-  and every checkpoint the reference run saved after that step saved again (up to the last
-  one this run saved)."""
-  where = runs.traceback_of(r.output)
-  if where:
-    out.problems["tracebacks"].append(f"run {out.runs}: {where}")
+  work lost (a --restart run keeps it in <folder>.before-restart-<n>); after a restore, no
+  unusable checkpoint newer than the one it chose left in place and every checkpoint the
+  reference run saved after that step saved again (up to the last one this run saved)."""
+  for who, run in (("", r), (" (second run)", r.second)):
+    where = run and runs.traceback_of(run.output)
+    if where:
+      out.problems["tracebacks"].append(f"run {out.runs}{who}: {where}")
   after = [checks.usable_step(d) for d in dirs]
-  out.problems["lost"] += lost_work(r, dirs, before, after, out.runs)
+  if restart and "--restart: moved" in r.output:
+    kept = [max((checks.usable_step(a) for a in d.parent.glob(f"{d.name}.before-restart-*")),
+                default=0) for d in dirs]
+    out.problems["lost"] += [f"run {out.runs} (--restart) kept no usable ckpt-{b} of {d.name} "
+                             "aside" for d, b, a in zip(dirs, before, kept, strict=True) if a < b]
+  else:
+    out.problems["lost"] += checks.lost_work(r.events, dirs, before, after, out.runs)
   saved = collections.defaultdict(set)
   for e in r.events:
     if e["ev"] == "saved":
@@ -248,7 +305,7 @@ def guarded_trial(k: int, *args) -> Outcome:
 
 def check_final(out: Outcome, ref: dict, folder: pathlib.Path, dirs: list[pathlib.Path]) -> None:
   """The disk checks of a completed series (see the module docstring)."""
-  ref_dirs = runs.model_dirs(out.kind, ref["folder"])
+  ref_dirs = runs.model_dirs(out.kind, ref["folder"], out.variant)
   finals = ref["finals"]
   out.problems["weights"] += checks.weight_problems(ref_dirs, dirs, finals)
   for d, final in zip(dirs, finals, strict=True):
@@ -256,29 +313,35 @@ def check_final(out: Outcome, ref: dict, folder: pathlib.Path, dirs: list[pathli
   if out.kind == "finetune":
     out.problems["results"] += checks.result_problems(
         ref["folder"] / "models" / runs.MODEL, folder / "models" / runs.MODEL, runs.TASK,
-        runs.FINETUNE["num_trials"])
+        runs.hparams_of(out.kind, out.variant)["num_trials"], runs.tasks_of(out.variant))
   out.problems["leftovers"] += [f"left {p}" for p in checks.leftovers(folder)]
 
 
-def reference(kind: str, data: pathlib.Path, work: pathlib.Path) -> dict:
-  """One uninterrupted run of ``kind`` with the injector recording: its folder, final steps and
-  call statistics."""
-  folder = runs.copy_data(data, kind, work / f"reference-{kind}")
-  r = runs.run(runs.command(kind, folder), None, work / f"reference-{kind}.events")
+def reference_name(kind: str, variant: str) -> str:
+  """The work folder's name for the reference run of (kind, variant)."""
+  return f"reference-{kind}-{variant.replace(' ', '_').replace('>', '')}"
+
+
+def reference(kind: str, variant: str, data: pathlib.Path, work: pathlib.Path) -> dict:
+  """One uninterrupted run of (kind, variant) with the trial's final settings and the injector
+  recording: its folder, final steps and call statistics."""
+  name = reference_name(kind, variant)
+  folder = runs.copy_data(data, kind, work / name)
+  r = runs.run(runs.command(kind, folder, variant), None, work / f"{name}.events")
   if r.returncode != 0 or runs.traceback_of(r.output):
-    sys.exit(f"chaos: the uninterrupted {kind} run failed (exit status {r.returncode}):\n"
-             + r.output[-3000:])
-  dirs = runs.model_dirs(kind, folder)
+    sys.exit(f"chaos: the uninterrupted {kind} run ({variant}) failed (exit status "
+             f"{r.returncode}):\n" + r.output[-3000:])
+  dirs = runs.model_dirs(kind, folder, variant)
   saves = [sorted(e["step"] for e in r.events if e["ev"] == "saved" and pathlib.Path(e["dir"]) == d)
            for d in dirs]
-  return {"folder": folder, "finals": [checks.complete_steps(d)[0] for d in dirs],
-          "saves": saves, "stats": runs.reference_stats(r.events, r.seconds),
-          "seconds": r.seconds}
+  return {"folder": folder, "variant": variant, "saves": saves,
+          "finals": [checks.complete_steps(d)[0] for d in dirs],
+          "stats": runs.reference_stats(r.events, r.seconds), "seconds": r.seconds}
 
 
 def line(out: Outcome, n: int, seed: int) -> str:
-  head = f"trial {out.k:>{len(str(n))}}/{n} {out.kind:<8}"
-  what = (f"{len(out.kills)} kills, {out.runs} runs, {out.seconds:.0f} s: "
+  head = f"trial {out.k:>{len(str(n))}}/{n} {out.kind:<8} ({out.variant})"
+  what = (f"{len(out.kills)} faults, {out.runs} runs, {out.seconds:.0f} s: "
           + "; ".join(out.kills))
   if not out.failed:
     return f"{head} ok: {what}"
@@ -292,12 +355,16 @@ def main() -> int:
   p.add_argument("--seed", type=int, default=0)
   p.add_argument("--only", default="", help="comma-separated trial numbers to run alone")
   p.add_argument("--jobs", type=int, default=2, help="trials run at the same time")
-  p.add_argument("--shared", default=os.environ.get("ELECTRA_SHARED",
-                                                    str(runs.REPO.parent / "shared")),
-                 help="folder holding reference/ and data/ (default: ../shared)")
+  p.add_argument("--shared", default=None,
+                 help="folder holding reference/pretrain_data/corpus/ and data/glue/SST-2/ "
+                 "(default: the repository's tests/golden/ and tests/data/)")
   p.add_argument("--work_dir", default=None, help="default: a temporary folder")
   p.add_argument("--keep", action="store_true", help="keep the work folder (kept on failure)")
   args = p.parse_args()
+  missing = runs.check_hooks()
+  if missing:  # the runs would reach less than the harness says: stop before any run
+    sys.exit(f"chaos: {'; '.join(missing)}; update HOOKS in "
+             "benchmarks/chaos_inject/sitecustomize.py")
   chosen = sorted({int(x) for x in args.only.split(",") if x}) or list(
       range(1, args.trials + 1))
   n = max(args.trials, *chosen)
@@ -313,18 +380,21 @@ def main() -> int:
 def run_all(args: argparse.Namespace, chosen: list[int], n: int, work: pathlib.Path) -> int:
   """Builds the data, runs the reference runs, then the trials; prints and returns the verdict."""
   started = time.monotonic()
-  runs.build_data(work / "data", pathlib.Path(args.shared))
-  kinds = sorted({kind_of(k) for k in chosen})
+  runs.build_data(work / "data", pathlib.Path(args.shared) if args.shared else None)
+  settings = sorted({(kind_of(k), variant_of(args.seed, k)) for k in chosen})
   pool = concurrent.futures.ThreadPoolExecutor(max(1, args.jobs))
   try:
-    refs = dict(zip(kinds, pool.map(lambda kd: reference(kd, work / "data", work), kinds),
+    refs = dict(zip(settings, pool.map(lambda kv: reference(*kv, work / "data", work), settings),
                     strict=True))
     print(f"chaos: seed {args.seed}, {len(chosen)} trial(s); uninterrupted runs: "
-          + ", ".join(f"{kd} {refs[kd]['seconds']:.0f} s" for kd in kinds), flush=True)
-    pace = Pace(refs)
-    futures = {k: pool.submit(guarded_trial, k, args.seed,
-                              draw_kills(args.seed, k, refs[kind_of(k)]["stats"]),
-                              work / "data", refs[kind_of(k)], work, pace) for k in chosen}
+          + ", ".join(f"{kd} ({v}) {refs[kd, v]['seconds']:.0f} s" for kd, v in settings),
+          flush=True)
+    pace = Pace({kd: ref for (kd, _), ref in sorted(refs.items(), reverse=True)})
+    futures = {}
+    for k in chosen:
+      ref = refs[kind_of(k), variant_of(args.seed, k)]
+      futures[k] = pool.submit(guarded_trial, k, args.seed, draw_kills(args.seed, k, ref["stats"]),
+                               work / "data", ref, work, pace)
     outcomes = []
     for k in chosen:
       outcomes.append(futures[k].result())
@@ -332,6 +402,23 @@ def run_all(args: argparse.Namespace, chosen: list[int], n: int, work: pathlib.P
   finally:
     pool.shutdown(wait=False, cancel_futures=True)
   return report(outcomes, work, args.keep, started)
+
+
+def headline(outcomes: list[Outcome]) -> list[str]:
+  """The faults reached of those drawn, per kind; then the verdict line."""
+  drawn, reached = collections.Counter(), collections.Counter()
+  for o in outcomes:
+    for fault, hit in o.faults:
+      drawn[fault] += 1
+      reached[fault] += hit
+  kinds = ", ".join(f"{f} {reached[f]}/{drawn[f]}" for f in FAULTS)
+  passed = sum(1 for o in outcomes if not o.failed)
+  lost = sum(1 for o in outcomes if o.problems["lost"] or o.problems["aside"])
+  tracebacks = sum(len(o.problems["tracebacks"]) for o in outcomes)
+  return [f"chaos: faults reached of those drawn: {kinds}",
+          f"chaos: {passed}/{len(outcomes)} runs complete, "
+          f"{'nothing lost' if not lost else f'{lost} lost'}, {tracebacks} tracebacks "
+          f"({sum(reached.values())} faults reached of {sum(drawn.values())} drawn)"]
 
 
 def report(outcomes: list[Outcome], work: pathlib.Path, keep: bool, started: float) -> int:
@@ -345,10 +432,7 @@ def report(outcomes: list[Outcome], work: pathlib.Path, keep: bool, started: flo
     print(f"chaos: the runs' folders are kept in {work}")
   else:
     shutil.rmtree(work, ignore_errors=True)
-  identical = sum(1 for o in outcomes if not o.problems["weights"] and not o.problems["exit"])
-  tracebacks = sum(len(o.problems["tracebacks"]) for o in outcomes)
-  print(f"chaos: {identical}/{len(outcomes)} runs resumed bit-identical, {counts['lost']} lost, "
-        f"{tracebacks} tracebacks")
+  print("\n".join(headline(outcomes)))
   return 1 if failed else 0
 
 

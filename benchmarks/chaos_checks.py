@@ -1,5 +1,6 @@
 """What benchmarks/chaos.py checks on disk once a killed run series completes, against one
-uninterrupted run of the same command; and the damage a power cut leaves.
+uninterrupted run of the same command; good checkpoints set aside; and the damage a power cut
+leaves on any file written in its last moments.
 
 Each check returns a list of one-line problems (empty: passed). Checkpoints are read with
 ``tf.train.load_checkpoint``, independently of the library's own resume code.
@@ -75,6 +76,23 @@ def usable_step(model_dir: pathlib.Path) -> int:
   return 0
 
 
+def lost_work(events: list[dict], dirs: list[pathlib.Path], before: list[int], after: list[int],
+              n: int) -> list[str]:
+  """Saved work run n threw away: a model restored from an older step than its newest usable
+  checkpoint, or a usable checkpoint gone after the run."""
+  lost = {}
+  for e in events:
+    if e["ev"] == "restore" and pathlib.Path(e["dir"]) in dirs:
+      i = dirs.index(pathlib.Path(e["dir"]))
+      if e["step"] < before[i]:
+        lost[i] = (f"run {n} restarted {dirs[i].name} at step {e['step']}, "
+                   f"its ckpt-{before[i]} was usable")
+  for i, (b, a) in enumerate(zip(before, after, strict=True)):
+    if a < b and i not in lost:
+      lost[i] = f"run {n} left {dirs[i].name} without its usable ckpt-{b} (newest usable: {a})"
+  return [lost[i] for i in sorted(lost)]
+
+
 def latest_problems(model_dir: pathlib.Path, final: int) -> list[str]:
   """The state file and the newest complete checkpoint name ckpt-<final>, which is usable."""
   problems = []
@@ -131,13 +149,15 @@ def weight_problems(ref_dirs: list[pathlib.Path], got_dirs: list[pathlib.Path],
 
 
 def result_problems(ref_home: pathlib.Path, got_home: pathlib.Path, task: str,
-                    num_trials: int) -> list[str]:
+                    num_trials: int, tasks: str | None = None) -> list[str]:
   """Every trial's dev result present exactly once and equal to the uninterrupted run's (the
-  results .json, .txt, .pkl) and the same test predictions."""
+  results .json, .txt, .pkl of ``tasks``, the run's tasks joined, default ``task``) and the
+  same test predictions of the user task ``task``."""
   import json
 
   problems = []
-  path = got_home / "results" / f"{task}_results.json"
+  tasks = tasks or task
+  path = got_home / "results" / f"{tasks}_results.json"
   try:
     got = json.loads(path.read_text())
   except (OSError, ValueError) as e:
@@ -149,8 +169,9 @@ def result_problems(ref_home: pathlib.Path, got_home: pathlib.Path, task: str,
                     f"{got.get('num_trials')}), not {num_trials}")
   elif got != want:
     problems.append(f"{path.name} differs from the uninterrupted run's")
-  for name in (f"{task}_results.txt", f"{task}_results.pkl",
-               *(f"{task}_test_{t}_predictions.tsv" for t in range(1, num_trials + 1))):
+  predictions = sorted(p.name for p in (ref_home / "test_predictions").glob(
+      f"{task}_test_*_predictions.tsv"))  # one per trial that wrote test outputs
+  for name in (f"{tasks}_results.txt", f"{tasks}_results.pkl", *predictions):
     folder = "test_predictions" if name.endswith(".tsv") else "results"
     a, b = ref_home / folder / name, got_home / folder / name
     if not b.exists():
@@ -180,21 +201,87 @@ def leftovers(root: pathlib.Path) -> list[str]:
   return sorted(found)
 
 
-def damage(model_dirs: list[pathlib.Path], since: float, rng: random.Random) -> str:
-  """A power cut: the newest complete checkpoint written since ``since`` (epoch seconds) loses
-  the end of its data file or of its index, as unflushed pages do; returns what was cut."""
-  newest = []
-  for d in model_dirs:
-    for step in complete_steps(d)[:1]:
-      index = d / f"ckpt-{step}.index"
-      if index.stat().st_mtime >= since:
-        newest.append((index.stat().st_mtime, d, step))
-  if not newest:
+
+
+_REJECTED = re.compile(r"\.rejected(-\d+)?$")
+RECENT = 2.0  # s: what a power cut may lose was written this long before it, or since the run began
+
+
+def files(root: pathlib.Path) -> set[str]:
+  """Every file under root, relative to it."""
+  return {os.path.relpath(os.path.join(folder, name), root)
+          for folder, _, names in os.walk(root) for name in names}
+
+
+def set_aside(root: pathlib.Path) -> set[str]:
+  """Checkpoints set aside under root (``<prefix>.rejected[-n]/`` folders), relative to root."""
+  return {os.path.relpath(os.path.join(folder, d), root)
+          for folder, dirs, _ in os.walk(root) for d in dirs if _REJECTED.search(d)}
+
+
+def good_set_aside(root: pathlib.Path, before: set[str]) -> list[str]:
+  """The checkpoints set aside under root since ``before`` (set_aside's earlier answer) that
+  read back whole and finite: a good checkpoint must never be moved."""
+  problems = []
+  for rel in sorted(set_aside(root) - before):
+    folder = root / rel
+    prefix = folder / _REJECTED.sub("", folder.name)
+    if (pathlib.Path(f"{prefix}.index")).exists() and unusable(str(prefix)) is None:
+      problems.append(f"the good checkpoint {prefix.name} was moved to {rel}")
+  return problems
+
+
+def _unrenamed(path: pathlib.Path, root: pathlib.Path, pid: int) -> pathlib.Path:
+  """Moves ``path`` back to the name it had before the rename a power cut lost; returns it:
+  TensorFlow's ``ckpt-N_temp/`` for a checkpoint file, ``checkpoint.tmp<hex>`` for its state
+  file, the staged folder's hidden name for a file of ``input_state/ckpt-N/`` (the folder is
+  renamed whole), the scratch folder of the ``tf1/`` copy, else atomic_io's hidden
+  ``.<name>.tmp-<pid>-<id>``."""
+  tag = f"tmp-{pid}-{os.urandom(4).hex()}"
+  m = re.match(r"^(ckpt-\d+)\.(index|data-.*)$", path.name)
+  if path.parent.parent.name == "input_state":
+    temp = path.parent.parent / f".{path.parent.name}.{tag}"
+    path.parent.rename(temp)
+    return temp
+  if path.parent.name == "tf1" and path.name.startswith("model.ckpt."):
+    temp = path.parent / f".model.ckpt.{tag}" / path.name
+  elif m:
+    temp = path.parent / f"{m.group(1)}_temp" / f"part-00000-of-00001.{m.group(2)}"
+  elif path.name == "checkpoint" and path.parent.name != "tf1":
+    temp = path.parent / f"checkpoint.tmp{os.urandom(16).hex()}"
+  else:
+    temp = path.parent / f".{path.name}.{tag}"
+  temp.parent.mkdir(exist_ok=True)
+  path.rename(temp)
+  return temp
+
+
+def damage(root: pathlib.Path, since: float, cut_at: float | None, existed: set[str],
+           pid: int, rng: random.Random) -> str:
+  """A power cut at ``cut_at`` (epoch seconds) on a run that began at ``since``: one file
+  written in its last RECENT seconds (else since the run began) is left empty, short (unflushed
+  pages lost) or, when the run created it, under the temporary name it had before its rename
+  (the rename never reached the disk); returns what was done, relative to root."""
+  written = []
+  for rel in sorted(files(root)):
+    path = root / rel
+    try:
+      mtime = path.stat().st_mtime
+    except FileNotFoundError:
+      continue
+    if mtime >= since and not _REJECTED.search(path.parent.name):
+      written.append((mtime, rel))
+  if not written:
     return "nothing written to cut"
-  _, d, step = max(newest)
-  victim = rng.choice(sorted(d.glob(f"ckpt-{step}.data-*")) + [d / f"ckpt-{step}.index"])
+  recent = [rel for mtime, rel in written if cut_at is not None and mtime >= cut_at - RECENT]
+  rel = rng.choice(recent or [rel for _, rel in written])
+  victim = root / rel
+  how = rng.choice(["empty", "short", "un-renamed"] if rel not in existed else ["empty", "short"])
   size = victim.stat().st_size
-  keep = int(size * rng.uniform(0.0, 0.9))
+  if how == "un-renamed":
+    temp = _unrenamed(victim, root, pid)
+    return f"{rel} un-renamed ({temp.relative_to(root)})"
+  keep = 0 if how == "empty" else int(size * rng.uniform(0.1, 0.9))
   with open(victim, "r+b") as f:
     f.truncate(keep)
-  return f"{victim.name} cut to {keep} of {size} bytes"
+  return f"{rel} {'emptied' if how == 'empty' else 'cut'} to {keep} of {size} bytes"

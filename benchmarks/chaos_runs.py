@@ -32,7 +32,8 @@ def _injector():
 
 
 _INJECTOR = _injector()
-ENV, HOOKS, MARKER = _INJECTOR.ENV, _INJECTOR.HOOKS, _INJECTOR.MARKER
+ENV, HOOKS, MARKER, SECOND = _INJECTOR.ENV, _INJECTOR.HOOKS, _INJECTOR.MARKER, _INJECTOR.SECOND
+MISSING_HOOK = _INJECTOR.MISSING_HOOK
 
 MODEL = "chaos"
 TASK = "movie_reviews"
@@ -61,12 +62,21 @@ REJECTED_LINE = re.compile(r"^Warning: checkpoint \S+ .*; moved it to \S+")  # s
 TRACEBACK = re.compile(r"Traceback \(most recent call last\)|^Exception ignored", re.M)
 
 
-def build_data(root: pathlib.Path, shared: pathlib.Path) -> None:
+def build_data(root: pathlib.Path, shared: pathlib.Path | None = None) -> None:
   """``root/pretrain``: the character vocab.txt + 2 TFRecord shards of length 32 from the
   reference corpus (3 novels' first chapters); ``root/finetune``: vocab.txt + a user task
-  (task.json, CSV) of real SST-2 rows: 64 train, 32 dev, 16 test (further dev rows)."""
+  (task.json, CSV) of real SST-2 rows: 64 train, 32 dev, 16 test (further dev rows). Read from
+  ``shared`` laid out as ../shared, else from the repository (tests/golden/, tests/data/)."""
   sys.path.insert(0, str(REPO))
   from data_prep import build_pretraining_dataset as bpd
+
+  if shared is None:
+    shared = root.parent / "inputs"
+    shared.mkdir(parents=True, exist_ok=True)
+    for name, target in (("reference", REPO / "tests" / "golden"),
+                         ("data", REPO / "tests" / "data")):
+      if not (shared / name).exists():
+        (shared / name).symlink_to(target)
 
   vocab = "".join(t + "\n" for t in CHAR_VOCAB)
   pre = root / "pretrain"
@@ -92,6 +102,13 @@ def build_data(root: pathlib.Path, shared: pathlib.Path) -> None:
        [[f"r{i}", text, label] for i, (text, label) in enumerate(dev[33:49])])):
     with open(task / f"{name}.csv", "w", encoding="utf-8", newline="") as f:
       csv.writer(f).writerows([header, *rows])
+  sst = root / "finetune" / "finetuning_data" / "sst"  # a GLUE task: other SST-2 rows
+  sst.mkdir()
+  for name, rows, span in (("train", _tsv(glue / "train.tsv"), slice(65, 97)),
+                           ("dev", dev, slice(49, 61)), ("test", _tsv(glue / "test.tsv"),
+                                                         slice(1, 9))):
+    (sst / f"{name}.tsv").write_text(
+        "".join("\t".join(r) + "\n" for r in [rows[0], *rows[span]]), encoding="utf-8")
 
 
 def _tsv(path: pathlib.Path) -> list[list[str]]:
@@ -105,22 +122,57 @@ def copy_data(data: pathlib.Path, kind: str, dest: pathlib.Path) -> pathlib.Path
   return dest
 
 
-def command(kind: str, data_dir: pathlib.Path) -> list[str]:
+# Settings a trial is drawn with: "hparams" (every run and the reference run), "first" (hparams
+# of the series' first run only: flags changed before the reruns), "restart" (the second run
+# gets --restart), "args" (command-line flags).
+VARIANTS = {
+  "pretrain": {"plain": {}, "accumulation": {"hparams": {"gradient_accumulation_steps": 2}},
+               "mixed precision": {"args": ["--mixed_precision", "float16"]},
+               "restart": {"restart": True}},
+  "finetune": {"plain": {}, "keep_all_models false": {"hparams": {"keep_all_models": False}},
+               "keep_all_models false->true": {"first": {"keep_all_models": False}},
+               "num_trials 3->2": {"first": {"num_trials": 3}},
+               "n_writes_test 2->1": {"hparams": {"n_writes_test": 1},
+                                      "first": {"n_writes_test": 2}},
+               "with GLUE sst": {"hparams": {"task_names": [TASK, "sst"]}}},
+}
+
+
+def hparams_of(kind: str, variant: str, first: bool = False) -> dict:
+  """The hparams of a run of (kind, variant): the series' first run, or any other (and the
+  reference run)."""
+  v = VARIANTS[kind][variant]
+  base = PRETRAIN if kind == "pretrain" else FINETUNE
+  return {**base, **v.get("hparams", {}), **(v.get("first", {}) if first else {})}
+
+
+def command(kind: str, data_dir: pathlib.Path, variant: str = "plain", n: int = 0) -> list[str]:
+  """The command of run n (1: the first of a series; 0: the reference run) of (kind, variant)."""
+  v = VARIANTS[kind][variant]
+  hparams = hparams_of(kind, variant, first=n == 1)
+  args = [*v.get("args", []), *(["--restart"] if v.get("restart") and n == 2 else [])]
   if kind == "pretrain":
     return [sys.executable, str(REPO / "run_pretraining.py"), "--data-dir", str(data_dir),
-            "--model-name", MODEL, "--hparams", json.dumps(PRETRAIN)]
-  hparams = {**FINETUNE, "vocab_file": str(data_dir / "vocab.txt")}
+            "--model-name", MODEL, "--hparams", json.dumps(hparams), *args]
+  hparams["vocab_file"] = str(data_dir / "vocab.txt")
   return [sys.executable, str(REPO / "run_finetuning.py"), "--data-dir", str(data_dir),
-          "--model-name", MODEL, "--hparams", json.dumps(hparams)]
+          "--model-name", MODEL, "--hparams", json.dumps(hparams), *args]
 
 
-def model_dirs(kind: str, data_dir: pathlib.Path) -> list[pathlib.Path]:
-  """The checkpoint folders a run of ``kind`` writes (fine-tuning: one per trial)."""
+def model_dirs(kind: str, data_dir: pathlib.Path, variant: str = "plain") -> list[pathlib.Path]:
+  """The checkpoint folders a completed run of (kind, variant) keeps (fine-tuning: one per
+  kept trial)."""
   home = data_dir / "models" / MODEL
   if kind == "pretrain":
     return [home]
-  return [home / "finetuning_models" / f"{TASK}_model_{t}"
-          for t in range(1, FINETUNE["num_trials"] + 1)]
+  h = hparams_of(kind, variant)
+  trials = range(1, h["num_trials"] + 1) if h["keep_all_models"] else [h["num_trials"]]
+  return [home / "finetuning_models" / f"{tasks_of(variant)}_model_{t}" for t in trials]
+
+
+def tasks_of(variant: str) -> str:
+  """The fine-tuning tasks of ``variant`` as the folder and results names join them."""
+  return ",".join(hparams_of("finetune", variant)["task_names"])
 
 
 @dataclasses.dataclass
@@ -134,6 +186,9 @@ class Run:
   killed: bool  # the marker was printed: the planned kill fired
   stop_seconds: float | None = None  # from the marker to the end of the process
   problem: str | None = None  # the harness had to end it: a hang
+  pid: int = 0
+  marked_at: float | None = None  # epoch seconds when the marker was read
+  second: Run | None = None  # the same command started while this one ran (a "second run")
 
 
 LIVE: set[subprocess.Popen] = set()  # the runs in progress, ended by end_all
@@ -161,32 +216,45 @@ def end_all() -> None:
 def run(cmd: list[str], kill: dict | None, events: pathlib.Path,
         stop_seconds: float = STOP_SECONDS) -> Run:
   """Runs ``cmd`` with the injector and ``kill`` planned; SIGKILLs it ``stop_seconds`` after a
-  marker or RUN_SECONDS after its start, saying so in ``problem``."""
+  marker or RUN_SECONDS after its start, saying so in ``problem``. When the run asks for a
+  second run (its SECOND marker), the same command is started beside it, without a fault."""
   if STOPPING.is_set():
     raise RuntimeError("the harness is stopping")
   events.unlink(missing_ok=True)
   env = {**os.environ, "PYTHONUNBUFFERED": "1",
          ENV: json.dumps({"events": str(events), "kill": kill}),
          "PYTHONPATH": os.pathsep.join(filter(None, [str(INJECT), os.environ.get("PYTHONPATH")]))}
+  signalled = bool(kill and kill.get("signal"))  # an error fault may let the run go on
   start = time.monotonic()
   proc = subprocess.Popen(cmd, cwd=REPO, env=env, stdout=subprocess.PIPE,
                           stderr=subprocess.STDOUT)
   LIVE.add(proc)
   chunks: list[bytes] = []
   marked: list[float] = []
+  wall: list[float] = []
+  second: list[Run] = []
+  seconds: list[threading.Thread] = []
+
+  def start_second() -> None:
+    second.append(run(cmd, None, events.with_suffix(".second.events"), stop_seconds))
 
   def read() -> None:
     for chunk in iter(lambda: proc.stdout.read1(65536), b""):
       chunks.append(chunk)
-      if not marked and MARKER.encode() in b"".join(chunks[-2:]):
+      recent = b"".join(chunks[-2:])
+      if not marked and MARKER.encode() in recent:
         marked.append(time.monotonic())
+        wall.append(time.time())
+      if not seconds and SECOND.encode() in recent:
+        seconds.append(threading.Thread(target=start_second, daemon=True))
+        seconds[0].start()
 
   reader = threading.Thread(target=read, daemon=True)
   reader.start()
   problem = None
   while proc.poll() is None:
     now = time.monotonic()
-    if marked and now - marked[0] > stop_seconds:
+    if marked and signalled and now - marked[0] > stop_seconds:
       problem = f"still running {stop_seconds:.0f} s after the kill"
     elif now - start > RUN_SECONDS:
       problem = f"still running after {RUN_SECONDS} s"
@@ -198,12 +266,18 @@ def run(cmd: list[str], kill: dict | None, events: pathlib.Path,
   LIVE.discard(proc)
   reader.join(timeout=30)
   end = time.monotonic()
+  for t in seconds:
+    t.join(RUN_SECONDS + 60)
   output = b"".join(chunks).decode("utf-8", errors="replace")
   recorded = []
   if events.exists():
     recorded = [json.loads(line) for line in events.read_text().splitlines() if line.strip()]
+  if proc.returncode == MISSING_HOOK and problem is None:
+    problem = next((line for line in output.splitlines() if line.startswith("chaos: hook ")),
+                   "a hooked function no longer exists")
   return Run(proc.returncode, output, recorded, end - start, MARKER in output,
-             end - marked[0] if marked else None, problem)
+             end - marked[0] if marked else None, problem, proc.pid,
+             wall[0] if wall else None, second[0] if second else None)
 
 
 def after_kill(output: str) -> list[str]:
@@ -251,6 +325,71 @@ def kill_problems(fault: str, signal_name: str, r: Run) -> list[str]:
   if long:
     problems.append(f"{fault}: a {len(long[0])}-character line after the signal")
   return problems
+
+
+def fault_problems(fault: str, r: Run) -> list[str]:
+  """What is wrong with how a run took an error fault (a read or write error, ENOSPC): it
+  either goes on and completes (retried), or stops with one line of at most SHORT characters
+  and exit status 1, after no more progress than the step in progress."""
+  if r.problem:
+    return [f"{fault}: {r.problem}"]
+  if r.returncode == 0:
+    return []
+  lines = after_kill(r.output)
+  other = [line for line in lines if not (STEP_LINE.match(line) or SAVED_LINE.match(line))]
+  problems = []
+  if r.returncode != 1:
+    problems.append(f"{fault}: exit status {r.returncode} "
+                    f"({other[-1][:160] if other else 'no output'!r})")
+  if len(other) != 1:
+    problems.append(f"{fault}: {len(other)} lines after the error, not one: "
+                    + " | ".join(line[:100] for line in other[:3]))
+  elif len(other[0]) > SHORT:
+    problems.append(f"{fault}: a {len(other[0])}-character line after the error")
+  return problems
+
+
+def second_problems(first: Run) -> list[str]:
+  """What is wrong with the second run of a command started on the folder the first writes:
+  it must be refused in one line naming the holder (the first run's process id), with exit
+  status 1 and no checkpoint saved."""
+  second = first.second
+  if second is None:
+    return ["the second run did not start"]
+  lines = [line for line in second.output.splitlines() if line.strip()]
+  saved = sorted({e["step"] for e in second.events if e["ev"] == "saved"})
+  if second.returncode == 0 or saved:
+    return [f"not refused: it ran beside the first (exit status {second.returncode}, saved "
+            f"{len(saved)} checkpoints{f', the last ckpt-{saved[-1]}' if saved else ''})"]
+  problems = []
+  if len(lines) != 1 or len(lines[0]) > SHORT:
+    problems.append(f"refused in {len(lines)} lines, not one short line: "
+                    + " | ".join(line[:100] for line in lines[-3:]))
+  if not any(str(first.pid) in line for line in lines):
+    problems.append(f"its refusal does not name the holder (pid {first.pid}): "
+                    f"{(lines or ['no output'])[-1][:160]!r}")
+  if second.returncode != 1:
+    problems.append(f"exit status {second.returncode}")
+  return problems
+
+
+def check_hooks(hooks: dict[str, tuple[str, str]] | None = None) -> list[str]:
+  """The hooks whose function no longer exists (imported here, as a run imports them), one
+  line each: the harness stops rather than reach less than it says."""
+  import importlib
+
+  missing = []
+  for hook, (name, path) in (HOOKS if hooks is None else hooks).items():
+    try:
+      owner = importlib.import_module(name)
+    except ImportError as e:
+      missing.append(f"hook {hook}: module {name} does not import ({e})")
+      continue
+    for part in path.split("."):
+      owner = getattr(owner, part, None)
+    if not callable(owner):
+      missing.append(f"hook {hook}: {name}.{path} no longer exists")
+  return missing
 
 
 def traceback_of(output: str) -> str | None:

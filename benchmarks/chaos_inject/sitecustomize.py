@@ -1,27 +1,38 @@
-"""Kills this process at a planned moment; put on a run's PYTHONPATH by benchmarks/chaos.py only.
+"""Fires a planned fault inside this process; on a run's PYTHONPATH from benchmarks/chaos.py only.
 
 Python imports ``sitecustomize`` at start-up, before the script runs. When the environment holds
 ``ELECTRA_CHAOS_PLAN`` (JSON), this module wraps the functions named in HOOKS as soon as their
 modules are imported, appends one JSON line per event to the plan's ``events`` file, and fires
-the plan's kill:
+the plan's fault:
 
-  {"events": "<path>", "kill": null | {"at": "start" | <hook>, "call": k,
-   "when": "before" | "during" | "after", "delay": seconds, "signal": "SIGINT",
+  {"events": "<path>", "kill": null | {"fault": <kind>, "at": "start" | <hook>, "call": k,
+   "when": "before" | "during" | "after", "delay": seconds, "signal": "SIGINT" | null,
    "repeat": 1 | 2, "gap": seconds}}
 
 ``at: start`` fires ``delay`` seconds after the interpreter started. ``at: <hook>`` fires at the
 k-th call of that hook: right before it runs, ``delay`` seconds into it (from a timer thread,
-so it lands inside a write that releases the GIL), or right after it returns. Before the
-signal, one marker line is written to the output (file descriptor 1, after flushing Python's
-streams), so the harness splits what the run printed before and after the kill exactly there.
+so it lands inside a write that releases the GIL), or right after it returns. A signal fault
+sends ``signal`` (``repeat`` times); the other faults: ``read error`` (the k-th call and the
+next ``repeat - 1`` calls raise tf.errors.UnavailableError, as a bucket's 503 does), ``write
+error`` (the k-th call raises UnavailableError or, for a local atomic write, OSError EIO),
+``ENOSPC`` (OSError ENOSPC: an atomic write writes part of its file first), ``second run``
+(after the k-th call the harness starts the same command a second time). Before the fault, one
+marker line (MARKER, or SECOND for a second run) is written to the output (file descriptor 1,
+after flushing Python's streams), so the harness splits what the run printed there exactly.
+
+A hooked function that no longer exists (renamed, removed) ends the process at once with one
+line and exit status MISSING_HOOK: the harness's reach never drops silently.
 
 Events: ``call`` (hook, n, t = seconds since start, dt), ``restore`` (dir, step: where a
-Trainer's restore put it), ``saved`` (dir, step of a checkpoint written), ``kill`` (signal,
-t). Nothing here changes what a run computes.
+Trainer's restore put it), ``saved`` (dir, step of a checkpoint written), ``kill`` (signal or
+fault, t), ``missing`` (hook, what). Nothing here changes what a run computes, but the fault.
 """
 
 from __future__ import annotations
 
+import builtins
+import contextlib
+import errno
 import functools
 import importlib.abc
 import json
@@ -32,22 +43,35 @@ import threading
 import time
 
 MARKER = "@@chaos-kill@@"
+SECOND = "@@chaos-second-run@@"
 ENV = "ELECTRA_CHAOS_PLAN"
+MISSING_HOOK = 86  # exit status of a run whose hooked function no longer exists
 
 # hook name -> (module, attribute path) of the function wrapped
 HOOKS = {
   "ckpt_save": ("tensorflow.python.checkpoint.checkpoint_management", "CheckpointManager.save"),
+  "ckpt_read": ("tensorflow.python.training.py_checkpoint_reader", "NewCheckpointReader"),
+  "tf_state_write": ("tensorflow.python.checkpoint.checkpoint_management",
+                     "update_checkpoint_state_internal"),
+  "state_write": ("electra_tf.training.checkpoint_files", "write_state_file"),
+  "reject": ("electra_tf.training.checkpoint_files", "reject"),
   "input_state_save": ("electra_tf.training.input_state", "InputState.save"),
   "restore": ("electra_tf.training.loop", "Trainer.restore_or_initialize"),
   "atomic_write": ("electra_tf.atomic_io", "write_bytes"),
+  "staged_dir": ("electra_tf.atomic_io", "staged_dir"),
+  "remove_tree": ("electra_tf.atomic_io", "remove_tree"),
+  "move_aside": ("electra_tf.atomic_io", "move_aside"),
   "features_write": ("electra_tf.finetuning.features", "write_tfrecord"),
   "trial_dir": ("electra_tf.finetuning.trials", "TrialBook.prepare_dir"),
+  "finished": ("electra_tf.finetuning.trials", "TrialBook.finished"),
   "evaluate": ("electra_tf.finetuning.runner", "ModelRunner.evaluate"),
   "results_write": ("electra_tf.finetuning.outputs", "write_results"),
   "test_outputs": ("electra_tf.finetuning.runner", "ModelRunner.write_test_outputs"),
   "tf1_save": ("electra_tf.checkpoints", "save_tf1_checkpoint"),
   "rmtree": ("shutil", "rmtree"),
 }
+CONTEXT_HOOKS = frozenset({"staged_dir"})  # context managers: a call lasts the whole block
+ERROR_FAULTS = ("read error", "write error", "ENOSPC")
 
 _MODULES = frozenset(name for name, _ in HOOKS.values())
 _T0 = time.monotonic()
@@ -92,17 +116,22 @@ class _Serialized:
 _OUTPUT = threading.RLock()
 
 
+def _mark(marker: str) -> None:
+  """Flushes Python's streams and writes ``marker`` as one line to file descriptor 1."""
+  for stream in (sys.stdout, sys.stderr):
+    try:
+      stream.flush()
+    except (OSError, ValueError):
+      pass
+  os.write(1, f"{marker}\n".encode())
+
+
 def _fire() -> None:
   """Writes the marker line, then sends the planned signal (twice if planned) to this process."""
   signum = signal.Signals[_KILL["signal"]]
   _event(ev="kill", signal=signum.name, t=time.monotonic() - _T0)
   with _OUTPUT:
-    for stream in (sys.stdout, sys.stderr):
-      try:
-        stream.flush()
-      except (OSError, ValueError):
-        pass
-    os.write(1, f"{MARKER}\n".encode())
+    _mark(MARKER)
     _signal(signum)
   for _ in range(int(_KILL.get("repeat", 1)) - 1):
     time.sleep(float(_KILL.get("gap", 0.0)))
@@ -121,27 +150,159 @@ def _later(delay: float) -> None:
                    daemon=True).start()
 
 
+def _error(hook: str, path: object) -> BaseException:
+  """The error a fault raises at ``hook``: what a bucket or a full disk gives there."""
+  fault = _KILL["fault"]
+  if fault == "ENOSPC":
+    return OSError(errno.ENOSPC, os.strerror(errno.ENOSPC), str(path))
+  if hook == "atomic_write" and "://" not in str(path):
+    return OSError(errno.EIO, os.strerror(errno.EIO), str(path))
+  import tensorflow as tf
+
+  return tf.errors.UnavailableError(None, None, f"{path}; 503 Service Unavailable (chaos)")
+
+
+class _ShortWrite:
+  """A file whose first write stores half its bytes, then raises OSError ENOSPC."""
+
+  def __init__(self, f):
+    self._f = f
+
+  def write(self, data):
+    self._f.write(data[:len(data) // 2])
+    self._f.flush()
+    raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC), self._f.name)
+
+  def __enter__(self):
+    return self
+
+  def __exit__(self, *exc):
+    return self._f.__exit__(*exc)
+
+  def __getattr__(self, name):
+    return getattr(self._f, name)
+
+
+@contextlib.contextmanager
+def _full_disk():
+  """Within the block, files opened for writing run out of space in their first write."""
+  real = builtins.open
+
+  def short_open(file, mode="r", *args, **kwargs):
+    f = real(file, mode, *args, **kwargs)
+    return _ShortWrite(f) if any(c in mode for c in "wax") else f
+
+  builtins.open = short_open
+  try:
+    yield
+  finally:
+    builtins.open = real
+
+
+def _errs(hook: str, n: int) -> bool:
+  """Whether call n of ``hook`` is one the planned error fault fails."""
+  if _KILL is None or _KILL.get("fault") not in ERROR_FAULTS or _KILL["at"] != hook:
+    return False
+  first = int(_KILL["call"])
+  last = first + (int(_KILL.get("repeat", 1)) - 1 if _KILL["fault"] == "read error" else 0)
+  return first <= n <= last
+
+
+def _raise_fault(hook: str, n: int, fn, args, kwargs):
+  """Runs call n of ``hook`` failing as planned."""
+  path = next((a for a in (*args, *kwargs.values()) if isinstance(a, (str, os.PathLike))), "?")
+  if n == int(_KILL["call"]):
+    _event(ev="kill", signal=_KILL["fault"], t=time.monotonic() - _T0)
+    with _OUTPUT:
+      _mark(MARKER)
+  if _KILL["fault"] == "ENOSPC" and hook == "atomic_write":
+    with _full_disk():
+      return fn(*args, **kwargs)
+  if hook == "ckpt_save":
+    path = getattr(args[0], "directory", path)
+  raise _error(hook, path)
+
+
+def _record(hook: str, n: int, start: float, args, result) -> None:
+  _event(ev="call", hook=hook, n=n, t=start - _T0, dt=time.monotonic() - start)
+  if hook == "restore":
+    _event(ev="restore", dir=args[0].settings.model_dir, step=int(result))
+  elif hook == "ckpt_save":
+    _event(ev="saved", dir=args[0].directory, step=_saved_step(args, result))
+
+
+def _saved_step(args, result) -> int | None:
+  try:
+    return int(str(result).rsplit("-", 1)[-1])
+  except ValueError:
+    return None
+
+
+def _planned(hook: str) -> tuple[int, bool]:
+  with _lock:
+    n = _counts[hook] = _counts.get(hook, 0) + 1
+  signalled = _KILL is not None and _KILL.get("signal") and _KILL["at"] == hook
+  return n, bool(signalled and _KILL["call"] == n)
+
+
+def _second(hook: str, n: int) -> None:
+  """After call n of ``hook``: asks the harness for a second run of this command."""
+  if (_KILL is not None and _KILL.get("fault") == "second run" and _KILL["at"] == hook
+      and _KILL["call"] == n):
+    _event(ev="kill", signal="second run", t=time.monotonic() - _T0)
+    with _OUTPUT:
+      _mark(SECOND)
+
+
 def _wrap(hook: str, fn):
   def wrapped(*args, **kwargs):
-    with _lock:
-      n = _counts[hook] = _counts.get(hook, 0) + 1
-    planned = _KILL is not None and _KILL["at"] == hook and _KILL["call"] == n
+    n, planned = _planned(hook)
+    if _errs(hook, n):
+      return _raise_fault(hook, n, fn, args, kwargs)
     if planned and _KILL["when"] == "before":
       _fire()
     elif planned and _KILL["when"] == "during":
       _later(float(_KILL["delay"]))
     start = time.monotonic()
     result = fn(*args, **kwargs)
-    _event(ev="call", hook=hook, n=n, t=start - _T0, dt=time.monotonic() - start)
-    if hook == "restore":
-      _event(ev="restore", dir=args[0].settings.model_dir, step=int(result))
-    elif hook == "ckpt_save":
-      _event(ev="saved", dir=args[0].directory, step=kwargs.get("checkpoint_number"))
+    _record(hook, n, start, args, result)
     if planned and _KILL["when"] == "after":
       _fire()
+    _second(hook, n)
     return result
 
   return functools.update_wrapper(wrapped, fn)  # keeps attributes, e.g. rmtree's
+
+
+def _wrap_context(hook: str, fn):
+  """_wrap for a context manager: a call lasts from entering its block to leaving it."""
+  @contextlib.contextmanager
+  def wrapped(*args, **kwargs):
+    n, planned = _planned(hook)
+    if _errs(hook, n):
+      _raise_fault(hook, n, fn, args, kwargs)
+    if planned and _KILL["when"] == "before":
+      _fire()
+    elif planned and _KILL["when"] == "during":
+      _later(float(_KILL["delay"]))
+    start = time.monotonic()
+    with fn(*args, **kwargs) as value:
+      yield value
+    _record(hook, n, start, args, None)
+    if planned and _KILL["when"] == "after":
+      _fire()
+    _second(hook, n)
+
+  return functools.update_wrapper(wrapped, fn)
+
+
+def _missing(hook: str, module_name: str, path: str) -> None:
+  """Ends the process: a hooked function is gone, so the harness would no longer reach it."""
+  what = f"{module_name}.{path}"
+  _event(ev="missing", hook=hook, what=what)
+  os.write(2, (f"chaos: hook {hook}: {what} no longer exists; update HOOKS in "
+               "benchmarks/chaos_inject/sitecustomize.py\n").encode())
+  os._exit(MISSING_HOOK)
 
 
 def _patch(module) -> None:
@@ -151,8 +312,11 @@ def _patch(module) -> None:
     owner, attr = module, path
     if "." in path:
       cls, attr = path.split(".")
-      owner = getattr(module, cls)
-    setattr(owner, attr, _wrap(hook, getattr(owner, attr)))
+      owner = getattr(module, cls, None)
+    fn = getattr(owner, attr, None) if owner is not None else None
+    if not callable(fn):
+      _missing(hook, name, path)
+    setattr(owner, attr, (_wrap_context if hook in CONTEXT_HOOKS else _wrap)(hook, fn))
 
 
 class _PatchOnImport(importlib.abc.MetaPathFinder):
@@ -184,5 +348,5 @@ if _PLAN is not None:
   sys.meta_path.insert(0, _PatchOnImport())
   if _KILL is not None:
     sys.stdout, sys.stderr = _Serialized(sys.stdout), _Serialized(sys.stderr)
-  if _KILL is not None and _KILL["at"] == "start":
+  if _KILL is not None and _KILL["at"] == "start" and _KILL.get("signal"):
     _later(float(_KILL["delay"]))
