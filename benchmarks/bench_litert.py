@@ -40,6 +40,8 @@ sys.path.insert(0, _REPO)
 import numpy as np  # noqa: E402
 from absl import app, flags  # noqa: E402
 
+from electra_tf.interop.litert_runner import SPEC_FILE  # noqa: E402
+
 _SHARED = os.environ.get("ELECTRA_SHARED", os.path.join(_REPO, "..", "shared"))
 FLAGS = flags.FLAGS
 flags.DEFINE_string("work_dir", os.path.join(tempfile.gettempdir(), "electra_bench_litert"),
@@ -101,7 +103,7 @@ def prepare_model(root: str) -> str:
 def prepare_export(root: str, trial: str) -> str:
   """Converts (once per variant set) the classifier with --litert and --keras_hub."""
   export = os.path.join(root, "export")
-  spec_path = os.path.join(export, "litert", "litert.json")
+  spec_path = os.path.join(export, "litert", SPEC_FILE)
   if os.path.exists(spec_path):
     with open(spec_path) as f:
       spec = json.load(f)
@@ -296,7 +298,7 @@ def main(argv) -> None:
         f"({os.cpu_count()} CPUs)")
   trial = prepare_model(root)
   export = prepare_export(root, trial)
-  with open(os.path.join(export, "litert", "litert.json")) as f:
+  with open(os.path.join(export, "litert", SPEC_FILE)) as f:
     spec = json.load(f)
   for variant, why in spec["failed"].items():
     print(f"litert {variant}: not converted ({why})")

@@ -224,6 +224,54 @@ def test_one_signature_table():
   assert signatures.text_signature("tag") is None
   with pytest.raises(ValueError, match="no export signature for task kind 'ranking'"):
     signatures.signature_names({"x": "ranking"})
+  definitions = {"rte": {"kind": "classification"}, "topic": {"kind": "classification"}}
+  assert signatures.by_signature(definitions) == {
+      "classify_rte": {"kind": "classification", "task": "rte"},
+      "classify_topic": {"kind": "classification", "task": "topic"}}
+
+
+class _Task:
+  """What ``litert_export`` reads of a task: its name, kind and definition."""
+
+  def __init__(self, definition):
+    self.name, self.kind, self._definition = definition["name"], definition["kind"], definition
+
+  def definition(self):
+    return dict(self._definition)
+
+
+def test_litert_json_and_tasks_json_give_predict_the_same_task(tmp_path):
+  """One signature -> definition map: the entries convert writes into litert.json and the
+  ones predict builds from a SavedModel's tasks.json name the same signature and definition."""
+  from electra_tf.interop import litert_export
+
+  definitions = [
+      {"name": "rte", "kind": "classification", "labels": ["yes", "no"], "data": "d/rte",
+       "scorer": "scorers.AccuracyScorer"},
+      {"name": "sts", "kind": "regression", "range": [0.0, 5.0], "data": "d/sts",
+       "scorer": "scorers.RegressionScorer"},
+      {"name": "chunk", "kind": "tagging", "labels": ["B-NP", "O"], "data": "d/chunk",
+       "scorer": "scorers.EntityLevelF1Scorer"},
+      {"name": "squad", "kind": "span_qa", "data": "d/squad"}]
+  saved = tmp_path / "saved_model"
+  litert = tmp_path / "litert"
+  saved.mkdir()
+  litert.mkdir()
+  (saved / "saved_model.pb").write_bytes(b"")
+  (saved / "hparams.json").write_text('{"max_seq_length": 16}')
+  model_tasks.write_tasks(str(saved), definitions)
+  tasks = [_Task(d) for d in definitions]
+  names = signatures.signature_names({t.name: t.kind for t in tasks})
+  kinds = litert_export.signature_kinds(tasks, names)
+  assert list(kinds) == ["classify_rte", "classify_sts", "tag"]  # span QA: not LiteRT
+  (litert / "int8.tflite").write_bytes(b"")
+  (litert / "litert.json").write_text(json.dumps({"signatures": kinds}))
+  for d in definitions[:3]:
+    from_tflite = predicting.describe(str(litert / "int8.tflite"), d["name"]).definition
+    from_saved = predicting.describe(str(saved), d["name"]).definition
+    assert from_tflite.pop("outputs") == list(signatures.OUTPUTS[d["kind"]])
+    assert from_tflite == {k: v for k, v in from_saved.items() if k != "data"}, d["name"]
+    assert from_tflite["signature"] == names[d["name"]] and from_tflite["name"] == d["name"]
 
 
 def test_reads_text_and_table_rows(tmp_path):

@@ -37,10 +37,10 @@ import tensorflow_text  # noqa: F401 -- registers the ops of the raw-text signat
 
 from electra_tf import atomic_io, console
 from electra_tf.interop import signatures
+from electra_tf.interop.litert_runner import SPEC_FILE
 from electra_tf.interop.task_outputs import INPUT_NAMES
 
 LITERT_DIR = "litert"
-SPEC_FILE = "litert.json"
 VARIANTS = ("float32", "float16", "int8", "int8_full")
 DEFAULT_VARIANTS = ("float32", "float16", "int8")
 
@@ -83,13 +83,11 @@ def no_finetuned_head_message(checkpoint: str, hparams: Mapping[str, Any] | None
 def signature_kinds(tasks: Sequence[Any], signature_names: Mapping[str, str]) -> dict[str, Any]:
   """Signature name -> the task's definition (``Task.definition``: name, kind, labels or score
   range, scorer) and its "outputs", for the LiteRT-able tasks (not span QA)."""
-  out: dict[str, Any] = {}
-  for task in tasks:
-    if task.kind in signatures.LITERT_KINDS:
-      definition = {k: v for k, v in task.definition().items() if k not in ("name", "data")}
-      out[signature_names[task.name]] = {**definition, "task": task.name,
-                                         "outputs": list(signatures.OUTPUTS[task.kind])}
-  return out
+  definitions = {task.name: {k: v for k, v in task.definition().items()
+                             if k not in ("name", "data")}
+                 for task in tasks if task.kind in signatures.LITERT_KINDS}
+  return {name: {**entry, "outputs": list(signatures.OUTPUTS[entry["kind"]])}
+          for name, entry in signatures.by_signature(definitions, signature_names).items()}
 
 
 def failure_reason(error: BaseException) -> str:

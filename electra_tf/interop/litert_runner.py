@@ -29,7 +29,7 @@ from electra_tf import console
 from electra_tf.full_tokenizer import FullTokenizer
 from electra_tf.interop import task_outputs
 
-SPEC_FILE = "litert.json"
+SPEC_FILE = "litert.json"  # the spec beside the .tflite files (``litert_export`` writes it)
 
 
 def read_spec(tflite_path: str) -> dict[str, Any]:
@@ -58,6 +58,15 @@ def pick_signature(signatures: dict[str, dict], task: str | None, where: str) ->
   raise ValueError(f"{where} has no task {task!r} (its tasks: {tasks})")
 
 
+def task_definition(spec: dict[str, Any], task: str | None, where: str
+                    ) -> tuple[str, dict[str, Any]]:
+  """(signature, its task's definition with ``name``) of ``task`` in a ``litert.json``."""
+  signature = pick_signature(spec["signatures"], task, where)
+  definition = {**spec["signatures"][signature]}
+  definition["name"] = definition["task"]
+  return signature, definition
+
+
 class LiteRTModel:
   """One task of a ``.tflite`` export on raw text (see the module docstring).
 
@@ -70,13 +79,12 @@ class LiteRTModel:
     from ai_edge_litert.interpreter import Interpreter
 
     spec = read_spec(tflite_path)
-    self.signature = pick_signature(spec["signatures"], task, tflite_path)
-    self.definition = {**spec["signatures"][self.signature]}
-    self.definition["name"] = self.task = self.definition["task"]
+    self.signature, self.definition = task_definition(spec, task, tflite_path)
+    self.task = self.definition["task"]
     self.kind = self.definition["kind"]
     self.max_seq_length = int(spec["max_seq_length"])
     if not spec.get("vocab"):
-      raise ValueError(f"{tflite_path}: litert.json names no vocab.txt (convert it with one)")
+      raise ValueError(f"{tflite_path}: {SPEC_FILE} names no vocab.txt (convert it with one)")
     vocab = os.path.join(os.path.dirname(os.path.abspath(tflite_path)), spec["vocab"])
     self.tokenizer = FullTokenizer(vocab, bool(spec["do_lower_case"]))
     with console.native_logs_hidden():  # LiteRT's INFO line at the first call

@@ -25,8 +25,13 @@ from electra_tf import console
 from electra_tf.full_tokenizer import FullTokenizer
 from electra_tf.interop import task_outputs
 from electra_tf.interop.litert_runner import SPEC_FILE as LITERT_SPEC
-from electra_tf.interop.litert_runner import LiteRTModel, pick_signature, read_spec
-from electra_tf.interop.signatures import LITERT_KINDS, signature_names
+from electra_tf.interop.litert_runner import (
+  LiteRTModel,
+  pick_signature,
+  read_spec,
+  task_definition,
+)
+from electra_tf.interop.signatures import LITERT_KINDS, by_signature
 
 INPUTS = task_outputs.INPUT_NAMES
 LITERT = "LiteRT"
@@ -102,14 +107,13 @@ def _definitions(folder: str, model: str) -> tuple[dict[str, Any], dict[str, dic
 
 def _task_definition(definitions: dict[str, dict], task: str | None, where: str
                      ) -> tuple[str, dict[str, Any]]:
-  names = signature_names({n: d["kind"] for n, d in definitions.items()})
-  by_signature = {names[n]: {**d, "task": n} for n, d in definitions.items()}
-  signature = pick_signature(by_signature, task, where)
-  if by_signature[signature]["kind"] not in LITERT_KINDS:
+  entries = by_signature(definitions)
+  signature = pick_signature(entries, task, where)
+  if entries[signature]["kind"] not in LITERT_KINDS:
     raise ValueError(f"predict labels classification, regression and tagging tasks; "
-                     f"{by_signature[signature]['task']} is {by_signature[signature]['kind']} "
+                     f"{entries[signature]['task']} is {entries[signature]['kind']} "
                      f"(its SavedModel signature is {signature})")
-  return signature, by_signature[signature]
+  return signature, entries[signature]
 
 
 def describe(path: str, task: str | None = None) -> ModelSpec:
@@ -118,10 +122,7 @@ def describe(path: str, task: str | None = None) -> ModelSpec:
   if os.path.isdir(path):
     path = litert_in_folder(path) or path
   if path.endswith(".tflite"):
-    spec = read_spec(path)
-    signature = pick_signature(spec["signatures"], task, path)
-    definition = {**spec["signatures"][signature]}
-    definition["name"] = definition["task"]
+    signature, definition = task_definition(read_spec(path), task, path)
     return ModelSpec(LITERT, path, {**definition, "signature": signature})
   if not os.path.isdir(path) and not os.path.exists(path + ".index"):
     raise FileNotFoundError(f"--model {path} not found")

@@ -12,12 +12,14 @@ A task's ``kind`` (``finetuning.task_base.Task.kind``, stored in ``tasks.json`` 
 
 A signature is named after its family when the model has one task of that family, else
 ``<family>_<task>`` (``classify_rte``). The SavedModel export, the LiteRT export (which
-covers every family but ``squad``) and ``predict`` all name signatures with ``signature_names``.
+covers every family but ``squad``) and ``predict`` all name signatures with ``signature_names``
+and map them to their tasks' definitions with ``by_signature``.
 """
 
 from __future__ import annotations
 
 from collections.abc import Mapping
+from typing import Any
 
 FAMILIES = {"classification": "classify", "regression": "classify", "tagging": "tag",
             "span_qa": "squad"}
@@ -41,6 +43,17 @@ def signature_names(kinds: Mapping[str, str]) -> dict[str, str]:
   families = {name: family(kind) for name, kind in kinds.items()}
   counts = {f: list(families.values()).count(f) for f in families.values()}
   return {name: (f if counts[f] == 1 else f"{f}_{name}") for name, f in families.items()}
+
+
+def by_signature(definitions: Mapping[str, Mapping[str, Any]],
+                 names: Mapping[str, str] | None = None) -> dict[str, dict[str, Any]]:
+  """Signature name -> its task's definition with ``task`` (the task's name) added, for a
+  model's tasks {name: definition with its ``kind``} in their order; ``names`` (task ->
+  signature) defaults to ``signature_names`` of their kinds. ``predict`` picks its task from
+  this map and ``litert.json`` stores it (the LiteRT kinds)."""
+  if names is None:
+    names = signature_names({n: d["kind"] for n, d in definitions.items()})
+  return {names[n]: {**d, "task": n} for n, d in definitions.items()}
 
 
 def text_signature(name: str) -> str | None:
