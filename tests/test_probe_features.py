@@ -219,6 +219,20 @@ def test_rows_of_a_user_task_csv_and_a_glue_tsv(tmp_path):
     probe.read_table(str(tsv_file), "text", "label")
 
 
+def test_a_tables_texts_are_featurized_as_the_sentence_task_of_the_same_rows(
+    tmp_path, data_dir, tokenizer):
+  user_data.write_all(tmp_path, data_dir)  # movie_reviews/*.csv: the sst rows as a CSV
+  folder = tmp_path / "finetuning_data" / "movie_reviews"
+  for length in (12, 48):  # most rows truncated at 12
+    table = probe.table_rows(str(folder / "train.csv"), str(folder / "dev.csv"), "review",
+                             "sentiment", tokenizer, length, None)
+    sst = probe.task_rows("sst", str(tmp_path), tokenizer, length, train_rows=1000)
+    for ours, task in ((table.train, sst.train), (table.dev, sst.dev)):
+      for key in ("input_ids", "input_mask", "segment_ids", "labels"):
+        np.testing.assert_array_equal(getattr(ours, key), getattr(task, key), err_msg=key)
+        assert getattr(ours, key).dtype == getattr(task, key).dtype, key
+
+
 def test_bag_of_words_reads_a_label_carried_by_one_word():
   rng = np.random.default_rng(0)
   y = rng.integers(0, 2, 200)

@@ -41,6 +41,13 @@ def check_defined(task: str, what: str, stored: Any, own: Any) -> None:
                      f"task has {own}")
 
 
+def first_featurized(task: Any, split: str, limit: int | None) -> list[dict[str, Any]]:
+  """The first feature dict of each of the first ``limit`` (None: all) examples of ``split``,
+  featurized for evaluation: the rows a probe, a LiteRT check or a keras-hub check reads."""
+  return [task.featurize(example, is_training=False)[0]
+          for example in task.get_examples(split)[:limit]]
+
+
 class Task(abc.ABC):
   """One fine-tuning task.
 

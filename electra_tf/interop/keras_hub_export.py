@@ -39,6 +39,7 @@ from typing import Any
 import numpy as np
 
 from electra_tf import atomic_io
+from electra_tf.finetuning import task_base
 
 KERAS_HUB_DIR = "keras_hub"
 MISSING = ("keras-hub is not installed: pip install keras-hub (requirements.txt pins it) "
@@ -195,10 +196,9 @@ def sample_inputs(tasks: list, vocab_size: int, max_length: int, rows: int = 32
   has some, else seeded random token rows (a pre-training model, or no dev rows)."""
   for task in tasks:
     try:
-      examples = task.get_examples("dev")[:rows]
+      features = task_base.first_featurized(task, "dev", rows)
     except (OSError, ValueError):
       continue
-    features = [task.featurize(e, is_training=False)[0] for e in examples]
     inputs = {k: np.asarray([f[k] for f in features], np.int32)
               for k in ("input_ids", "input_mask", "segment_ids")}
     return inputs, f"{len(features)} {task.name} dev rows"

@@ -18,6 +18,7 @@ import tensorflow as tf
 import tensorflow_text  # noqa: F401 -- the SavedModel's raw-text signatures need its ops
 
 from electra_tf import console
+from electra_tf.finetuning import task_base
 from electra_tf.interop import task_outputs
 from electra_tf.interop.litert_runner import LiteRTModel
 
@@ -28,13 +29,12 @@ def dev_rows(task: Any, max_rows: int) -> tuple[list[dict[str, Any]], list[Any]]
   """(features as ``task_outputs`` uses them, gold as ``task_outputs.score_row`` takes it) of
   the first ``max_rows`` dev examples, or why there are none (one line)."""
   try:
-    examples = task.get_examples("dev")[:max_rows]
+    rows = task_base.first_featurized(task, "dev", max_rows)
   except (OSError, ValueError) as e:
     return console.error_line(e, name_type=False)
-  rows, gold = [], []
+  gold = []
   name = task.name
-  for example in examples:
-    features = task.featurize(example, is_training=False)[0]
+  for features in rows:
     if task.kind == "tagging":
       features["n_words"] = int(round(sum(features[name + "_labels_mask"])))
       features["labeled_positions"] = features[name + "_labeled_positions"]
@@ -42,7 +42,6 @@ def dev_rows(task: Any, max_rows: int) -> tuple[list[dict[str, Any]], list[Any]]
     else:
       gold.append(features[name + ("_label_ids" if task.kind == "classification"
                                    else "_targets")])
-    rows.append(features)
   return rows, gold
 
 

@@ -6,11 +6,12 @@
     scores = score(features, rows)        # {"cls": 0.53, "mean": 0.56}: the task's dev metric
 
 Rows are featurized exactly as fine-tuning featurizes them (``Task.featurize``: [CLS] a [SEP]
-b [SEP], segment ids), so the probe reads the user's own task (GLUE folders, ``task.json``
-tasks). Encoding runs in batches of rows sorted by length, each batch cut to its longest row
-(the attention mask hides padding, so the features do not depend on it). A feature is the
-[CLS] vector or the mean over the real tokens ([CLS] and [SEP] included) of a layer's output;
-a ridge read-out (``ridge.py``) fitted on the train rows' features is scored on the dev rows.
+b [SEP], segment ids; a table's single texts by the same ``wordpiece.sentence_features``), so
+the probe reads the user's own task (GLUE folders, ``task.json`` tasks). Encoding runs in
+batches of rows sorted by length, each batch cut to its longest row (the attention mask hides
+padding, so the features do not depend on it). A feature is the [CLS] vector or the mean over
+the real tokens ([CLS] and [SEP] included) of a layer's output; a ridge read-out
+(``ridge.py``) fitted on the train rows' features is scored on the dev rows.
 """
 
 from __future__ import annotations
@@ -26,9 +27,10 @@ import numpy as np
 import tensorflow as tf
 
 from electra_tf import checkpoints, names
-from electra_tf.finetuning import registry
+from electra_tf.finetuning import registry, task_base
 from electra_tf.finetuning.builtin.classification import ClassificationTask, RegressionTask
 from electra_tf.finetuning.scorers import pearson
+from electra_tf.finetuning.wordpiece import sentence_features
 from electra_tf.modeling.bert_config import BertConfig
 from electra_tf.modeling.encoder import Transformer
 from electra_tf.probing import paired
@@ -81,18 +83,24 @@ class ProbeRows:
 # ------------------------------------------------------------------------------ reading rows
 
 
+def _columns(rows: list[dict[str, Any]], labels: np.ndarray, width: int | None = None) -> Split:
+  """A ``Split`` of feature dicts (``input_ids`` / ``input_mask`` / ``segment_ids``), [N, width]
+  even when there are no rows if ``width`` is given."""
+
+  def column(key):
+    array = np.array([row[key] for row in rows], np.int32)
+    return array if width is None else array.reshape(len(rows), width)
+
+  return Split(column("input_ids"), column("input_mask"), column("segment_ids"), labels)
+
+
 def _split(task: Any, split: str, limit: int | None) -> Split:
   """The first ``limit`` rows of ``split``, featurized by the task."""
-  rows = [task.featurize(example)[0] for example in task.get_examples(split)[:limit]]
+  rows = task_base.first_featurized(task, split, limit)
   label_key = (f"{task.name}_label_ids" if isinstance(task, ClassificationTask)
                else f"{task.name}_targets")
-
-  def column(key, dtype):
-    return np.array([row[key] for row in rows], dtype)
-
-  return Split(column("input_ids", np.int32), column("input_mask", np.int32),
-               column("segment_ids", np.int32),
-               column(label_key, np.int64 if label_key.endswith("ids") else np.float64))
+  return _columns(rows, np.array([row[label_key] for row in rows],
+                                 np.int64 if label_key.endswith("ids") else np.float64))
 
 
 def _task_metric(task: Any) -> tuple[str, ridge_lib.Metric]:
@@ -143,16 +151,6 @@ def read_table(path: str, text_column: str, label_column: str,
   return [r[text_column] for r in rows], [r[label_column] for r in rows]
 
 
-def encode_texts(tokenizer: Any, texts: list[str], max_seq_length: int,
-                 labels: np.ndarray) -> Split:
-  """Single texts as the fine-tuning featurizer writes them: [CLS] tokens [SEP], zero padding."""
-  ids = np.zeros((len(texts), max_seq_length), np.int32)
-  for i, text in enumerate(texts):
-    tokens = ["[CLS]"] + tokenizer.tokenize(text)[:max_seq_length - 2] + ["[SEP]"]
-    ids[i, :len(tokens)] = tokenizer.convert_tokens_to_ids(tokens)
-  return Split(ids, (ids > 0).astype(np.int32), np.zeros_like(ids), labels)
-
-
 def table_rows(train_path: str, dev_path: str, text_column: str, label_column: str,
                tokenizer: Any, max_seq_length: int, train_rows: int | None) -> ProbeRows:
   """The first ``train_rows`` rows of a train table and every dev row, classes in sorted
@@ -161,10 +159,13 @@ def table_rows(train_path: str, dev_path: str, text_column: str, label_column: s
   dev_texts, dev_labels = read_table(dev_path, text_column, label_column)
   classes = sorted(set(labels) | set(dev_labels))
   ids = {c: i for i, c in enumerate(classes)}
-  train = encode_texts(tokenizer, texts, max_seq_length, np.array([ids[x] for x in labels]))
-  dev = encode_texts(tokenizer, dev_texts, max_seq_length,
-                     np.array([ids[x] for x in dev_labels]))
-  return ProbeRows("table", train, dev, len(classes), "accuracy", ridge_lib.accuracy)
+
+  def featurized(texts_: list[str], labels_: list[str]) -> Split:  # as a sentence task does
+    return _columns([sentence_features(tokenizer, t, None, max_seq_length)[0] for t in texts_],
+                    np.array([ids[x] for x in labels_]), max_seq_length)
+
+  return ProbeRows("table", featurized(texts, labels), featurized(dev_texts, dev_labels),
+                   len(classes), "accuracy", ridge_lib.accuracy)
 
 
 # ------------------------------------------------------------------------------ encoders
