@@ -217,8 +217,46 @@ def _read_json(path: str) -> Any:
   try:
     with tf.io.gfile.GFile(path) as f:
       return json.load(f)
-  except (tf.errors.NotFoundError, json.JSONDecodeError):
+  except (tf.errors.NotFoundError, json.JSONDecodeError, UnicodeDecodeError):
     return None
+
+
+def read_cached_json(path: str | None, log_fn: Callable[[str], None] | None = None) -> Any:
+  """The JSON value of a cache file, or None when it is missing, empty, short or does not
+  parse (a power cut can leave any of these): the cache is derived data, so the caller rebuilds
+  it; ``log_fn`` gets one line naming the file."""
+  if not path or not tf.io.gfile.exists(path):
+    return None
+  try:
+    with tf.io.gfile.GFile(path) as f:
+      text = f.read()
+    return json.loads(text)
+  except (json.JSONDecodeError, UnicodeDecodeError) as e:
+    if log_fn is not None:
+      what = "is empty" if not text.strip() else f"does not parse ({e})"
+      log_fn(f"Rebuilding {path}: the file {what}")
+    return None
+
+
+def _cached_count(metadata_path: str, tfrecord_path: str,
+                  log_fn: Callable[[str], None] | None) -> int | None:
+  """``n_examples`` of a complete cache, or None (rebuild, one ``log_fn`` line) when the
+  metadata is empty or unreadable, or the records file is empty although examples are counted
+  (what a power cut can leave)."""
+  metadata = read_cached_json(metadata_path, log_fn)
+  if metadata is None:
+    return None
+  try:
+    n = int(metadata["n_examples"])
+  except (TypeError, KeyError, ValueError):
+    if log_fn is not None:
+      log_fn(f"Rebuilding {metadata_path}: no n_examples in it")
+    return None
+  if n > 0 and tf.io.gfile.stat(tfrecord_path).length == 0:
+    if log_fn is not None:
+      log_fn(f"Rebuilding {tfrecord_path}: the file is empty but {metadata_path} counts {n}")
+    return None
+  return n
 
 
 def build_or_load_cached(prefix: str, make_feature_dicts, specs: Sequence[FeatureSpec],
@@ -238,11 +276,12 @@ def build_or_load_cached(prefix: str, make_feature_dicts, specs: Sequence[Featur
   key_path = prefix + ".key.json"
   key = None if key is None else json.loads(json.dumps(key))  # as it reads back from disk
   complete = tf.io.gfile.exists(metadata_path) and tf.io.gfile.exists(tfrecord_path)
-  if use_existing and complete:
+  n_cached = _cached_count(metadata_path, tfrecord_path, log_fn) if use_existing and complete \
+      else None
+  if n_cached is not None:
     stored = _read_json(key_path) if key is not None else None
     if key is None or stored == key:
-      with tf.io.gfile.GFile(metadata_path) as f:
-        return tfrecord_path, int(json.load(f)["n_examples"])
+      return tfrecord_path, n_cached
     if log_fn is not None:
       why = (", ".join(key_changes(stored, key)) if isinstance(stored, dict)
              else "no cache key (written by an older version)")
