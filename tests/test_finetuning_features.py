@@ -181,7 +181,8 @@ def test_tfrecord_padding_and_cache(run, heads_dir, tmp_path):
   assert (path2, n2, len(calls)) == (path, 4, 1)  # cache hit: nothing re-read
 
 
-@pytest.mark.parametrize("damage", ["metadata_empty", "metadata_short", "tfrecord_empty"])
+@pytest.mark.parametrize("damage", ["metadata_empty", "metadata_short", "tfrecord_empty",
+                                    "tfrecord_short"])
 def test_cache_left_empty_or_short_is_rebuilt(run, heads_dir, tmp_path, damage):
   """A power cut can leave a cache file empty or short: it is rebuilt with one line naming
   the file, never a bare JSON error."""
@@ -189,9 +190,11 @@ def test_cache_left_empty_or_short_is_rebuilt(run, heads_dir, tmp_path, damage):
   feats = _featurize(run, heads_dir, "rte")
   prefix, lines = str(tmp_path / "rte_dev"), []
   path, n = features.build_or_load_cached(prefix, lambda: iter(feats), specs)
-  name, text = {"metadata_empty": (".metadata", ""), "metadata_short": (".metadata", '{"n_ex'),
-                "tfrecord_empty": (".tfrecord", "")}[damage]
-  (tmp_path / ("rte_dev" + name)).write_text(text)
+  records = (tmp_path / "rte_dev.tfrecord").read_bytes()
+  name, data = {"metadata_empty": (".metadata", b""), "metadata_short": (".metadata", b'{"n_ex'),
+                "tfrecord_empty": (".tfrecord", b""),
+                "tfrecord_short": (".tfrecord", records[:len(records) // 2])}[damage]
+  (tmp_path / ("rte_dev" + name)).write_bytes(data)
   assert features.build_or_load_cached(prefix, lambda: iter(feats), specs,
                                        log_fn=lines.append) == (path, n)
   assert len(lines) == 1 and lines[0].startswith(f"Rebuilding {prefix}{name}: "), lines

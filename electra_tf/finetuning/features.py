@@ -241,8 +241,8 @@ def read_cached_json(path: str | None, log_fn: Callable[[str], None] | None = No
 def _cached_count(metadata_path: str, tfrecord_path: str,
                   log_fn: Callable[[str], None] | None) -> int | None:
   """``n_examples`` of a complete cache, or None (rebuild, one ``log_fn`` line) when the
-  metadata is empty or unreadable, or the records file is empty although examples are counted
-  (what a power cut can leave)."""
+  metadata is empty or unreadable, or the records file is not the size it was written with
+  (empty, or short: what a power cut can leave)."""
   metadata = read_cached_json(metadata_path, log_fn)
   if metadata is None:
     return None
@@ -252,9 +252,11 @@ def _cached_count(metadata_path: str, tfrecord_path: str,
     if log_fn is not None:
       log_fn(f"Rebuilding {metadata_path}: no n_examples in it")
     return None
-  if n > 0 and tf.io.gfile.stat(tfrecord_path).length == 0:
+  size, want = tf.io.gfile.stat(tfrecord_path).length, metadata.get("tfrecord_bytes")
+  if (n > 0 and size == 0) or (isinstance(want, int) and size != want):
     if log_fn is not None:
-      log_fn(f"Rebuilding {tfrecord_path}: the file is empty but {metadata_path} counts {n}")
+      log_fn(f"Rebuilding {tfrecord_path}: it has {size} bytes, {metadata_path} says "
+             f"{want if isinstance(want, int) else f'{n} records'}")
     return None
   return n
 
@@ -267,9 +269,10 @@ def build_or_load_cached(prefix: str, make_feature_dicts, specs: Sequence[Featur
 
   ``make_feature_dicts`` is a zero-argument callable yielding feature dicts, so nothing is
   read or tokenized on a cache hit. ``<prefix>.metadata`` holds ``{"n_examples": n}`` (the
-  official file). ``key`` (JSON-able) describes everything the records were made from; it is
-  stored as ``<prefix>.key.json``, written last and atomically, and a cache whose stored key
-  differs is rebuilt, with one ``log_fn`` line naming what changed. Without ``key`` any
+  official file) and the records file's size; a cache file left empty or short is rebuilt.
+  ``key`` (JSON-able) describes everything the records were made from; it is stored as
+  ``<prefix>.key.json``, written last and atomically, and a cache whose stored key differs is
+  rebuilt, with one ``log_fn`` line naming what changed. Without ``key`` any
   complete cache is reused (the official behaviour).
   """
   tfrecord_path, metadata_path = prefix + ".tfrecord", prefix + ".metadata"
@@ -291,7 +294,8 @@ def build_or_load_cached(prefix: str, make_feature_dicts, specs: Sequence[Featur
       tf.io.gfile.remove(path)
   with atomic_io.temp_path(tfrecord_path) as tmp:
     n = write_tfrecord(make_feature_dicts(), specs, tmp, pad_to_multiple_of, padding_task_id)
-  _write_json_atomically(metadata_path, {"n_examples": n})
+  _write_json_atomically(metadata_path, {  # the size lets a short (cut) file be told apart
+      "n_examples": n, "tfrecord_bytes": tf.io.gfile.stat(tfrecord_path).length})
   if key is not None:
     _write_json_atomically(key_path, key, indent=1)
   return tfrecord_path, n
