@@ -365,7 +365,7 @@ def test_disk_full_during_a_save_keeps_the_previous_checkpoint(tmp_path, monkeyp
                   keep_checkpoint_max=1)
   assert str(err.value) == (
       f"saving the checkpoint for step 20 in {model_dir} failed (No space left on device); "
-      f"the latest complete checkpoint is still {model_dir}/ckpt-10")
+      f"its files were removed and the latest complete checkpoint is still ckpt-10")
   assert training.latest_checkpoint(str(model_dir)) == str(model_dir / "ckpt-10")
   assert tf.train.latest_checkpoint(str(model_dir)) == str(model_dir / "ckpt-10")  # state file
   assert _digests(model_dir, "ckpt-10.*") == saved  # not deleted for ckpt-20 (max_to_keep 1)
@@ -373,6 +373,32 @@ def test_disk_full_during_a_save_keeps_the_previous_checkpoint(tmp_path, monkeyp
   monkeypatch.setattr(os, "fsync", real_fsync)
   summary = toy_train.run(_one_device(), str(model_dir), 30, log_fn=lambda _: None)
   assert (summary["start_step"], summary["final_step"]) == (10, 30)
+
+
+def test_a_failed_state_file_write_keeps_the_complete_checkpoint(tmp_path, monkeypatch):
+  """An error writing the state file after ckpt-20's files were made durable: the line says
+  ckpt-20 is kept (not that the save left the previous one), and a rerun resumes from it."""
+  from tensorflow.python.checkpoint import checkpoint_management
+
+  model_dir = tmp_path / "run"
+  real_write = checkpoint_management.update_checkpoint_state_internal
+
+  def write_state(save_dir, model_checkpoint_path, *args, **kwargs):
+    if model_checkpoint_path.endswith("ckpt-20"):
+      raise tf.errors.UnavailableError(None, None, "injected state-file write error")
+    return real_write(save_dir, model_checkpoint_path, *args, **kwargs)
+
+  monkeypatch.setattr(checkpoint_management, "update_checkpoint_state_internal", write_state)
+  with pytest.raises(training.CheckpointSaveError) as err:
+    toy_train.run(_one_device(), str(model_dir), 30, log_fn=lambda _: None)
+  assert str(err.value) == (
+      f"saving the checkpoint for step 20 in {model_dir} failed (injected state-file write "
+      "error) after its files were complete; ckpt-20 is kept and is the latest")
+  assert training.latest_checkpoint(str(model_dir)) == str(model_dir / "ckpt-20")
+  assert tf.train.latest_checkpoint(str(model_dir)) == str(model_dir / "ckpt-10")  # state file
+  monkeypatch.setattr(checkpoint_management, "update_checkpoint_state_internal", real_write)
+  summary = toy_train.run(_one_device(), str(model_dir), 30, log_fn=lambda _: None)
+  assert (summary["start_step"], summary["final_step"]) == (20, 30)
 
 
 # ----- exports, output folders, vocab files ---------------------------------------------------

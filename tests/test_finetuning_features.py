@@ -132,6 +132,10 @@ def _check_chunk_task(raw_dir, heads_dir, tokenizer, max_seq_length, tmp_path, n
   reloaded = tagging.Chunking(str(tmp_path / "missing"), tokenizer, max_seq_length,
                               label_mapping_path=str(mapping_path))
   assert reloaded.label_mapping == want
+  mapping_path.write_text("")  # a power cut: rebuilt from the raw files
+  rebuilt = tagging.Chunking(str(raw_dir), tokenizer, max_seq_length,
+                             label_mapping_path=str(mapping_path))
+  assert rebuilt.label_mapping == want and json.loads(mapping_path.read_text()) == want
 
 
 @pytest.mark.extended
@@ -175,6 +179,26 @@ def test_tfrecord_padding_and_cache(run, heads_dir, tmp_path):
   assert records[-1]["task_id"] == len(TASK_NAMES) and not records[-1]["input_ids"].any()
   path2, n2 = features.build_or_load_cached(prefix, make, specs)
   assert (path2, n2, len(calls)) == (path, 4, 1)  # cache hit: nothing re-read
+
+
+@pytest.mark.parametrize("damage", ["metadata_empty", "metadata_short", "tfrecord_empty",
+                                    "tfrecord_short"])
+def test_cache_left_empty_or_short_is_rebuilt(run, heads_dir, tmp_path, damage):
+  """A power cut can leave a cache file empty or short: it is rebuilt with one line naming
+  the file, never a bare JSON error."""
+  _, specs = run
+  feats = _featurize(run, heads_dir, "rte")
+  prefix, lines = str(tmp_path / "rte_dev"), []
+  path, n = features.build_or_load_cached(prefix, lambda: iter(feats), specs)
+  records = (tmp_path / "rte_dev.tfrecord").read_bytes()
+  name, data = {"metadata_empty": (".metadata", b""), "metadata_short": (".metadata", b'{"n_ex'),
+                "tfrecord_empty": (".tfrecord", b""),
+                "tfrecord_short": (".tfrecord", records[:len(records) // 2])}[damage]
+  (tmp_path / ("rte_dev" + name)).write_bytes(data)
+  assert features.build_or_load_cached(prefix, lambda: iter(feats), specs,
+                                       log_fn=lines.append) == (path, n)
+  assert len(lines) == 1 and lines[0].startswith(f"Rebuilding {prefix}{name}: "), lines
+  assert len(_parsed(path, specs)) == n
 
 
 def test_input_dataset_batches(run, heads_dir, hparams):

@@ -92,6 +92,19 @@ def test_labels_from_train_are_stored(root, tokenizer, tmp_path):
   assert _task("similarity", tokenizer, root).score_range == [0.0, 5.0]
 
 
+@pytest.mark.parametrize("text", ["", '["0", "'])
+def test_labels_file_left_empty_or_short_is_rebuilt(root, tokenizer, tmp_path, capsys, text):
+  """A power cut left ``<task>_labels.json`` empty or short: rebuilt from train with one line
+  naming the file, never a bare JSON error."""
+  path = tmp_path / "movie_reviews_labels.json"
+  path.write_text(text)
+  task = _task("movie_reviews", tokenizer, root, preprocessed_data_dir=str(tmp_path))
+  assert task.label_list == ("0", "1")
+  assert json.loads(path.read_text()) == ["0", "1"]
+  lines = [x for x in capsys.readouterr().out.splitlines() if str(path) in x]
+  assert len(lines) == 1 and lines[0].startswith(f"Rebuilding {path}: the file "), lines
+
+
 def test_multitask_with_builtin(root, tokenizer):
   tasks = registry.get_tasks(["sst", "chunking", "paraphrase"], tokenizer, str(root), SEQ)
   assert [t.task_id for t in tasks] == [0, 1, 2]

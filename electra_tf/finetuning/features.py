@@ -217,8 +217,48 @@ def _read_json(path: str) -> Any:
   try:
     with tf.io.gfile.GFile(path) as f:
       return json.load(f)
-  except (tf.errors.NotFoundError, json.JSONDecodeError):
+  except (tf.errors.NotFoundError, json.JSONDecodeError, UnicodeDecodeError):
     return None
+
+
+def read_cached_json(path: str | None, log_fn: Callable[[str], None] | None = None) -> Any:
+  """The JSON value of a cache file, or None when it is missing, empty, short or does not
+  parse (a power cut can leave any of these): the cache is derived data, so the caller rebuilds
+  it; ``log_fn`` gets one line naming the file."""
+  if not path or not tf.io.gfile.exists(path):
+    return None
+  try:
+    with tf.io.gfile.GFile(path) as f:
+      text = f.read()
+    return json.loads(text)
+  except (json.JSONDecodeError, UnicodeDecodeError) as e:
+    if log_fn is not None:
+      what = "is empty" if not text.strip() else f"does not parse ({e})"
+      log_fn(f"Rebuilding {path}: the file {what}")
+    return None
+
+
+def _cached_count(metadata_path: str, tfrecord_path: str,
+                  log_fn: Callable[[str], None] | None) -> int | None:
+  """``n_examples`` of a complete cache, or None (rebuild, one ``log_fn`` line) when the
+  metadata is empty or unreadable, or the records file is not the size it was written with
+  (empty, or short: what a power cut can leave)."""
+  metadata = read_cached_json(metadata_path, log_fn)
+  if metadata is None:
+    return None
+  try:
+    n = int(metadata["n_examples"])
+  except (TypeError, KeyError, ValueError):
+    if log_fn is not None:
+      log_fn(f"Rebuilding {metadata_path}: no n_examples in it")
+    return None
+  size, want = tf.io.gfile.stat(tfrecord_path).length, metadata.get("tfrecord_bytes")
+  if (n > 0 and size == 0) or (isinstance(want, int) and size != want):
+    if log_fn is not None:
+      log_fn(f"Rebuilding {tfrecord_path}: it has {size} bytes, {metadata_path} says "
+             f"{want if isinstance(want, int) else f'{n} records'}")
+    return None
+  return n
 
 
 def build_or_load_cached(prefix: str, make_feature_dicts, specs: Sequence[FeatureSpec],
@@ -229,20 +269,22 @@ def build_or_load_cached(prefix: str, make_feature_dicts, specs: Sequence[Featur
 
   ``make_feature_dicts`` is a zero-argument callable yielding feature dicts, so nothing is
   read or tokenized on a cache hit. ``<prefix>.metadata`` holds ``{"n_examples": n}`` (the
-  official file). ``key`` (JSON-able) describes everything the records were made from; it is
-  stored as ``<prefix>.key.json``, written last and atomically, and a cache whose stored key
-  differs is rebuilt, with one ``log_fn`` line naming what changed. Without ``key`` any
+  official file) and the records file's size; a cache file left empty or short is rebuilt.
+  ``key`` (JSON-able) describes everything the records were made from; it is stored as
+  ``<prefix>.key.json``, written last and atomically, and a cache whose stored key differs is
+  rebuilt, with one ``log_fn`` line naming what changed. Without ``key`` any
   complete cache is reused (the official behaviour).
   """
   tfrecord_path, metadata_path = prefix + ".tfrecord", prefix + ".metadata"
   key_path = prefix + ".key.json"
   key = None if key is None else json.loads(json.dumps(key))  # as it reads back from disk
   complete = tf.io.gfile.exists(metadata_path) and tf.io.gfile.exists(tfrecord_path)
-  if use_existing and complete:
+  n_cached = _cached_count(metadata_path, tfrecord_path, log_fn) if use_existing and complete \
+      else None
+  if n_cached is not None:
     stored = _read_json(key_path) if key is not None else None
     if key is None or stored == key:
-      with tf.io.gfile.GFile(metadata_path) as f:
-        return tfrecord_path, int(json.load(f)["n_examples"])
+      return tfrecord_path, n_cached
     if log_fn is not None:
       why = (", ".join(key_changes(stored, key)) if isinstance(stored, dict)
              else "no cache key (written by an older version)")
@@ -252,7 +294,8 @@ def build_or_load_cached(prefix: str, make_feature_dicts, specs: Sequence[Featur
       tf.io.gfile.remove(path)
   with atomic_io.temp_path(tfrecord_path) as tmp:
     n = write_tfrecord(make_feature_dicts(), specs, tmp, pad_to_multiple_of, padding_task_id)
-  _write_json_atomically(metadata_path, {"n_examples": n})
+  _write_json_atomically(metadata_path, {  # the size lets a short (cut) file be told apart
+      "n_examples": n, "tfrecord_bytes": tf.io.gfile.stat(tfrecord_path).length})
   if key is not None:
     _write_json_atomically(key_path, key, indent=1)
   return tfrecord_path, n

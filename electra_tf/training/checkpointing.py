@@ -323,6 +323,18 @@ class CheckpointKeeper:
     self._manager = self._new_manager()  # its list named the moved checkpoint
     return f"moved it to {folder}"
 
+  def _failed_save_line(self, step: int, error: BaseException) -> str:
+    """One line saying what a failed save left: `ckpt-<step>` kept when its files were
+    complete (only the state file failed), else the previous checkpoint, by name."""
+    name = f"ckpt-{step}"
+    failed = f"saving the checkpoint for step {step} in {self.save_dir} failed ({_why(error)})"
+    if os.path.join(self.save_dir, name) in complete_checkpoints(self.save_dir):
+      return f"{failed} after its files were complete; {name} is kept and is the latest"
+    latest = self.latest()
+    return (f"{failed}; its files were removed and the latest complete checkpoint is still "
+            f"{os.path.basename(latest)}" if latest else
+            f"{failed}; its files were removed and there is no complete checkpoint")
+
   def save(self, step: int) -> str:
     """Writes the checkpoint for `step`; returns its prefix (the scratch one on non-chiefs).
     On the chief, durable (see the module doc) before the older checkpoints are deleted."""
@@ -347,10 +359,7 @@ class CheckpointKeeper:
       # files not durable: removed (neither the state file nor the deletion of older
       # checkpoints happened yet); a failure after the fsyncs leaves the complete checkpoint
       _remove_partial_save(self.save_dir, step, force=bool(unsynced))
-      raise CheckpointSaveError(
-          f"saving the checkpoint for step {step} in {self.save_dir} failed "
-          f"({_why(e)}); the latest complete checkpoint is still "
-          f"{self.latest()}") from None
+      raise CheckpointSaveError(self._failed_save_line(step, e)) from None
     self._ours.add(step)
     self._rejected.discard(os.path.join(self.model_dir, f"ckpt-{step}"))  # replaced by this save
     if not self.is_chief:

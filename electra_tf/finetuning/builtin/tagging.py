@@ -14,8 +14,10 @@ import os
 from collections.abc import Sequence
 from typing import Any
 
+from electra_tf import atomic_io
+from electra_tf.console import log
 from electra_tf.finetuning import scorers
-from electra_tf.finetuning.features import FeatureSpec
+from electra_tf.finetuning.features import FeatureSpec, read_cached_json
 from electra_tf.finetuning.scorers import get_span_labels, get_tags
 from electra_tf.finetuning.task_base import Task, data_error, scorer_fields
 from electra_tf.finetuning.task_heads import TaggingHead
@@ -109,9 +111,9 @@ class TaggingTask(Task):
     """Tag -> id: sorted tags of all present splits, or the cached JSON when it exists."""
     if self._label_mapping is None:
       path = self.label_mapping_path
-      if path and os.path.isfile(path):
-        with open(path) as f:
-          self._label_mapping = {k: int(v) for k, v in json.load(f).items()}
+      stored = read_cached_json(path, log)  # None when missing, empty or short: rebuilt
+      if isinstance(stored, dict):
+        self._label_mapping = {k: int(v) for k, v in stored.items()}
       else:
         if not os.path.isdir(self.raw_data_dir):
           raise data_error(self.raw_data_dir, f"data folder for task '{self.name}' not found")
@@ -124,8 +126,7 @@ class TaggingTask(Task):
         self._label_mapping = {t: i for i, t in enumerate(sorted(tags))}
         if path:
           os.makedirs(os.path.dirname(path) or ".", exist_ok=True)
-          with open(path, "w") as f:
-            json.dump(self._label_mapping, f, indent=0, sort_keys=True)
+          atomic_io.write_text(path, json.dumps(self._label_mapping, indent=0, sort_keys=True))
     return self._label_mapping
 
   def definition(self) -> dict[str, Any]:

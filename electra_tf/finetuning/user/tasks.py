@@ -13,6 +13,7 @@ import json
 import os
 from typing import Any
 
+from electra_tf import atomic_io
 from electra_tf.console import log
 from electra_tf.finetuning.builtin.classification import (
   ClassificationTask,
@@ -20,6 +21,7 @@ from electra_tf.finetuning.builtin.classification import (
   RegressionTask,
 )
 from electra_tf.finetuning.builtin.tagging import TaggingExample, TaggingTask
+from electra_tf.finetuning.features import read_cached_json
 from electra_tf.finetuning.task_base import data_error
 from electra_tf.finetuning.user import predictions as user_predictions
 from electra_tf.finetuning.user import scoring
@@ -40,15 +42,17 @@ _SPAN_PREFIXES = ("B-", "I-", "E-", "S-")
 
 
 def _stored(path: str | None, compute):
-  """JSON at ``path`` when it exists, else ``compute()`` (written to ``path`` when given)."""
-  if path and os.path.isfile(path):
-    with open(path, encoding="utf-8") as f:
-      return json.load(f)
+  """JSON at ``path`` when it holds a list, else ``compute()``, written to ``path`` (when
+  given) whole: an empty, short or unparseable file (a power cut) is rebuilt, one line."""
+  value = read_cached_json(path, log)
+  if isinstance(value, list):
+    return value
+  if value is not None:
+    log(f"Rebuilding {path}: it holds no list")
   value = compute()
   if path:
     os.makedirs(os.path.dirname(path) or ".", exist_ok=True)
-    with open(path, "w", encoding="utf-8") as f:
-      json.dump(value, f)
+    atomic_io.write_text(path, json.dumps(value))
   return value
 
 
