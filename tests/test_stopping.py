@@ -10,7 +10,6 @@ import os
 import pathlib
 import random
 import re
-import shutil
 import signal
 import subprocess
 import sys
@@ -19,7 +18,7 @@ import time
 import numpy as np
 import pytest
 import tensorflow as tf
-from helpers import pretrain_data, procs, toy_train
+from helpers import pretrain_data, procs, rte_finetune, toy_train
 from helpers.paths import GOLDEN, REPO_ROOT
 
 from electra_tf import training
@@ -365,22 +364,9 @@ def test_restart_moves_the_old_run_aside(pretrain_dir):
 @pytest.mark.slow
 def test_finetuning_sigint_saves_and_the_same_command_resumes_the_trial(data_dir, vocab_file,
                                                                         tmp_path):
-  task_dir = tmp_path / "finetuning_data" / "rte"
-  task_dir.mkdir(parents=True)
-  for split in ("train", "dev"):
-    shutil.copy(data_dir / "glue" / "RTE" / f"{split}.tsv", task_dir / f"{split}.tsv")
-  hparams = {"model_hparam_overrides": {"hidden_size": 64, "num_hidden_layers": 2},
-             "embedding_size": 64, "max_seq_length": 32, "train_batch_size": 8,
-             "eval_batch_size": 8, "init_checkpoint": None, "seed": 3, "vocab_file": vocab_file,
-             "vocab_size": pretrain_data.vocab_size(vocab_file), "task_names": ["rte"],
-             "iterations_per_loop": 2, "num_train_epochs": 1.0,
-             "do_eval": False}  # tests/data's 120 rows: 15 steps, stopped after the first 2
-
-  def finetune():
-    return subprocess.Popen(
-        [sys.executable, str(REPO_ROOT / "run_finetuning.py"), "--data_dir", str(tmp_path),
-         "--model_name", "m", "--hparams", json.dumps(hparams)],
-        cwd=REPO_ROOT, env=ENV, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+  # tests/data's 120 rows: 15 steps, stopped after the first 2
+  finetune = rte_finetune.rte_run(data_dir, vocab_file, tmp_path, ENV, iterations_per_loop=2,
+                                  eval_batch_size=8)
 
   proc = finetune()
   _, log = _signal_after_a_step(proc, signal.SIGINT)

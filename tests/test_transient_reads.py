@@ -17,7 +17,7 @@ import sys
 import numpy as np
 import pytest
 import tensorflow as tf
-from helpers import pretrain_data, procs, read_faults, toy_train
+from helpers import pretrain_data, procs, read_faults, rte_finetune, toy_train
 from helpers.paths import GOLDEN, REPO_ROOT
 
 from electra_tf import checkpoints, folder_lock, training
@@ -355,21 +355,10 @@ def _poison_any(prefix: str) -> None:
 @pytest.mark.slow
 def test_run_finetuning_says_how_to_train_a_trial_afresh_and_that_works(data_dir, vocab_file,
                                                                         tmp_path):
-  task_dir = tmp_path / "finetuning_data" / "rte"
-  task_dir.mkdir(parents=True)
-  for split in ("train", "dev"):
-    shutil.copy(data_dir / "glue" / "RTE" / f"{split}.tsv", task_dir / f"{split}.tsv")
-  hparams = {"model_hparam_overrides": {"hidden_size": 64, "num_hidden_layers": 2},
-             "embedding_size": 64, "max_seq_length": 32, "train_batch_size": 8,
-             "init_checkpoint": None, "seed": 3, "vocab_file": vocab_file,
-             "vocab_size": pretrain_data.vocab_size(vocab_file), "task_names": ["rte"],
-             "iterations_per_loop": 5, "num_train_epochs": 1.0, "do_eval": False}
+  start = rte_finetune.rte_run(data_dir, vocab_file, tmp_path, ENV, iterations_per_loop=5)
 
   def finetune() -> tuple[int, str]:
-    proc = subprocess.Popen(
-        [sys.executable, str(REPO_ROOT / "run_finetuning.py"), "--data_dir", str(tmp_path),
-         "--model_name", "m", "--hparams", json.dumps(hparams)],
-        cwd=REPO_ROOT, env=ENV, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    proc = start()
     log = procs.finish(proc, timeout=300)
     return proc.returncode, log
 

@@ -28,7 +28,7 @@ from collections.abc import Iterator, Mapping
 from typing import Any
 
 from electra_tf.finetuning.task_base import DataError, data_error
-from electra_tf.finetuning.user.records import read_conll, read_tagged_jsonl
+from electra_tf.finetuning.user.records import iter_json_lines, read_conll, read_tagged_jsonl
 from electra_tf.interop import task_outputs
 
 TABLES = (".csv", ".tsv", ".jsonl")
@@ -150,32 +150,23 @@ def _delimited_rows(path: str, cols: Mapping[str, Any]) -> Iterator[Row]:
 
 def _json_rows(path: str, cols: Mapping[str, Any]) -> Iterator[Row]:
   keys = {r: cols[r] for r in ROLES if cols[r] is not None}
-  with open(path, encoding="utf-8-sig") as f:
-    count = 0
-    for line, text in enumerate(f, start=1):
-      if not text.strip():
-        continue
-      try:
-        row = json.loads(text)
-      except json.JSONDecodeError as e:
-        raise data_error(path, f"not valid JSON: {e.msg}", line) from None
-      if not isinstance(row, dict):
-        raise data_error(path, "expected a JSON object", line)
-      if keys["text_a"] not in row:
-        raise data_error(path, f"missing column {json.dumps(keys['text_a'])} for text_a "
-                         f"(keys: {', '.join(row)}; --text_a names another)", line)
-      for role in ("text_a", "text_b"):
-        if role in keys and row.get(keys[role]) is not None and not isinstance(
-            row[keys[role]], str):
-          raise data_error(path, f"{role} must be a string, got "
-                           f"{json.dumps(row[keys[role]])}", line)
-      label = None  # no label key: an unlabelled row; a null or "" label: a blank one
-      if keys.get("label") in row:
-        label = "" if row[keys["label"]] is None else row[keys["label"]]
-      yield Row(line, row.get(keys["id"], count) if "id" in keys else count,
-                text_a=row[keys["text_a"]], text_b=row.get(keys.get("text_b")) or None,
-                label=label, fields=row)
-      count += 1
+  count = 0
+  for line, row in iter_json_lines(path):
+    if keys["text_a"] not in row:
+      raise data_error(path, f"missing column {json.dumps(keys['text_a'])} for text_a "
+                       f"(keys: {', '.join(row)}; --text_a names another)", line)
+    for role in ("text_a", "text_b"):
+      if role in keys and row.get(keys[role]) is not None and not isinstance(
+          row[keys[role]], str):
+        raise data_error(path, f"{role} must be a string, got "
+                         f"{json.dumps(row[keys[role]])}", line)
+    label = None  # no label key: an unlabelled row; a null or "" label: a blank one
+    if keys.get("label") in row:
+      label = "" if row[keys["label"]] is None else row[keys["label"]]
+    yield Row(line, row.get(keys["id"], count) if "id" in keys else count,
+              text_a=row[keys["text_a"]], text_b=row.get(keys.get("text_b")) or None,
+              label=label, fields=row)
+    count += 1
 
 
 def check_input(path: str) -> None:

@@ -14,7 +14,7 @@ import csv
 import dataclasses
 import json
 import os
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
 from typing import Any
 
 from electra_tf.finetuning.task_base import data_error
@@ -46,21 +46,28 @@ class Record:
   values: dict[str, Any]
 
 
-def _read_json_lines(path: str, max_rows: int | None) -> list[tuple[int, dict]]:
-  rows = []
+def iter_json_lines(path: str) -> Iterator[tuple[int, dict]]:
+  """(1-based line, object) of each non-blank line of a JSONL file, read as it goes; a line
+  that is not a JSON object is a one-line DataError naming the file and the line."""
   with open(path, encoding="utf-8-sig") as f:
     for line_num, line in enumerate(f, start=1):
       if not line.strip():
         continue
-      if max_rows and len(rows) >= max_rows:
-        break
       try:
         row = json.loads(line)
       except json.JSONDecodeError as e:
         raise data_error(path, f"not valid JSON: {e.msg}", line_num) from None
       if not isinstance(row, dict):
         raise data_error(path, "expected a JSON object", line_num)
-      rows.append((line_num, row))
+      yield line_num, row
+
+
+def _read_json_lines(path: str, max_rows: int | None) -> list[tuple[int, dict]]:
+  rows = []
+  for line_num, row in iter_json_lines(path):
+    if max_rows and len(rows) >= max_rows:
+      break
+    rows.append((line_num, row))
   return rows
 
 
