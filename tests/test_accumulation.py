@@ -106,8 +106,9 @@ def test_sigkill_mid_update_resumes_at_the_right_update(tmp_path):
   lines = []
   resumed = accumulation_kill.run(str(killed), log_fn=lines.append)
   assert (resumed["start_step"], resumed["final_step"]) == (10, 20)
-  assert lines[0] == f"Restored {killed}/ckpt-10 at step 10"
-  assert lines[1].startswith("Gradient accumulation: 4 micro-batches of 4 examples")
+  assert procs.took_over_lock(lines[0], killed), lines[0]  # the SIGKILLed run's lock
+  assert lines[1] == f"Restored {killed}/ckpt-10 at step 10"
+  assert lines[2].startswith("Gradient accumulation: 4 micro-batches of 4 examples")
   clean = tmp_path / "clean"
   accumulation_kill.run(str(clean), log_fn=_quiet)
   after = _losses(killed, newest_only=True)

@@ -336,8 +336,9 @@ def test_stale_temp_folder_of_a_killed_save_is_removed_at_start_up(tmp_path):
   lines: list[str] = []
   toy_train.run(_one_device(), str(model_dir), 30, save_checkpoints_steps=25,
                 log_fn=lines.append)
-  assert lines[:2] == [f"Removed {stale}, left by a save that was interrupted",
-                       f"Restored {model_dir}/ckpt-10 at step 10"]
+  assert procs.took_over_lock(lines[0], model_dir), lines[0]  # the SIGKILLed run's lock
+  assert lines[1:3] == [f"Removed {stale}, left by a save that was interrupted",
+                        f"Restored {model_dir}/ckpt-10 at step 10"]
   assert not stale.exists()
   after = _digests(model_dir, "ckpt-*.*")
   assert {k: after[k] for k in saved} == saved  # every complete checkpoint untouched

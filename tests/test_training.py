@@ -67,7 +67,8 @@ def test_resume_after_sigkill_matches_uninterrupted_run(tmp_path):
   lines = []  # rerun (in this process: a fresh model and Trainer that only see the files)
   resumed = toy_train.run(_one_device(), str(killed_dir), 30, log_fn=lines.append)
   assert (resumed["start_step"], resumed["final_step"]) == (saved, 30)
-  assert lines[0] == f"Restored {killed_dir}/ckpt-{saved} at step {saved}"
+  assert procs.took_over_lock(lines[0], killed_dir), lines[0]  # the SIGKILLed run's lock
+  assert lines[1] == f"Restored {killed_dir}/ckpt-{saved} at step {saved}"
 
   clean_dir = tmp_path / "clean"
   toy_train.run(_one_device(), str(clean_dir), 30, log_fn=_quiet)

@@ -118,7 +118,7 @@ def test_chunking_as_conll_same_f1_and_seqeval(root, vocab_file):
               for block in f.read().split("\n\n") if block.strip()]
 
   gold = sentences(root / "finetuning_data" / "chunking" / "dev.conll")
-  written = sentences(os.path.join(_test_dir(config), "chunking_predictions.tsv"))
+  written = sentences(os.path.join(_test_dir(config), "chunking_test_1_predictions.tsv"))
   assert [[w[0] for w in s] for s in written] == [[w[0] for w in s] for s in gold]
   y_true = [[w[-1] for w in s] for s in gold]
   y_pred = [[w[-1] for w in s] for s in written]

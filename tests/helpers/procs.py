@@ -63,3 +63,10 @@ def wait_for_line(proc: subprocess.Popen, pattern: str, timeout: float) -> tuple
   proc.kill()
   pytest.fail(f"no line matching {pattern!r} within {timeout} s:\n{seen[-3000:]}"
               f"{finish(proc)[-2000:]}")
+
+
+def took_over_lock(line: str, folder: object) -> bool:
+  """Whether `line` is the one a rerun prints when it takes over the lock a killed run left in
+  `folder` (folder_lock.py)."""
+  return line.startswith(f"Took over the lock {folder}/.run.lock of a run that ended without "
+                         "releasing it (host ")
