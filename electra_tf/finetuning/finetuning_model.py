@@ -16,13 +16,20 @@ Initialisation (``load_init_checkpoint``):
 - our TF2 fine-tuning checkpoint (``tf.train.Checkpoint(model=FinetuningModel)``): the encoder
   and the heads of the tasks both runs share;
 - a Hugging Face ELECTRA folder: its discriminator (``reading.hf_import``) fills the encoder.
+
+A fine-tuned model is read back whole (``restore_finetuned``: every variable, from our TF2
+checkpoint; ``restore_latest``: a model directory's newest complete ``ckpt-<N>``) by evaluation
+without training and by predict; ``reading.model_source`` (which knows Hugging Face folders) is
+imported only to initialise from a checkpoint, so reading a model directory loads none of it.
 """
 
 from __future__ import annotations
 
 import inspect
+import os
+import re
 from collections.abc import Mapping, Sequence
-from typing import Any, NamedTuple
+from typing import TYPE_CHECKING, Any, NamedTuple
 
 import tensorflow as tf
 import tf_keras
@@ -37,8 +44,11 @@ from electra_tf.modeling.dropout import site_seed
 from electra_tf.modeling.encoder import Transformer
 from electra_tf.modeling.layers import serializable
 from electra_tf.optimization import AdamWeightDecay, Lamb, create_optimizer
-from electra_tf.reading import model_source
+from electra_tf.training.checkpoint_files import latest_checkpoint
 from electra_tf.training.runtime import uses_tpu
+
+if TYPE_CHECKING:
+  from electra_tf.reading import model_source
 
 ENCODER_SCOPE = "electra"
 
@@ -202,6 +212,8 @@ def load_init_checkpoint(model: FinetuningModel, checkpoint: str | model_source.
     ValueError: shape mismatch, or the checkpoint lacks encoder variables (a config that does
       not match the pre-trained model, e.g. ``model_size`` / ``embedding_size``).
   """
+  from electra_tf.reading import model_source  # local: a model directory needs none of it
+
   source = (checkpoint if isinstance(checkpoint, model_source.LoadedModel)
             else model_source.load_model(checkpoint))
   prefix = source.prefix
@@ -218,7 +230,11 @@ def load_init_checkpoint(model: FinetuningModel, checkpoint: str | model_source.
   return report
 
 
-def _restore(root: tf.train.Checkpoint, prefix: str, what: str) -> None:
+_UNMATCHED = re.compile(r"Found (\d+) Python objects that were not bound.*?<tf\.Variable '([^':]+)")
+
+
+def _restore(root: tf.train.Checkpoint, prefix: str, what: str,
+             hint: str = "does the config match the pre-trained model?") -> None:
   try:
     with checkpoints.reading(prefix):  # unreadable files: "corrupt or truncated"
       status = root.read(prefix)
@@ -231,9 +247,30 @@ def _restore(root: tf.train.Checkpoint, prefix: str, what: str) -> None:
     status.assert_existing_objects_matched()
   except AssertionError as e:
     first = str(e).strip().splitlines()[0]
-    raise ValueError(f"checkpoint {prefix} does not hold a matching {what} (does the config "
-                     f"match the pre-trained model?): {first}") from None
+    unmatched = _UNMATCHED.search(first)
+    if unmatched:  # TensorFlow's line goes on into the first variable's values
+      first = f"{unmatched[1]} model objects not in it, first: {unmatched[2]}"
+    raise ValueError(f"checkpoint {prefix} does not hold a matching {what} ({hint}): "
+                     f"{first}") from None
   status.expect_partial()
+
+
+def restore_finetuned(model: FinetuningModel, prefix: str) -> None:
+  """Fills every variable of ``model`` from our TF2 fine-tuning checkpoint ``prefix``
+  (``tf.train.Checkpoint(model=FinetuningModel)``; the optimizer and step are left).
+  Raises a one-line ValueError when it does not hold this model (other tasks, other sizes),
+  CorruptCheckpointError / CheckpointUnavailableError when its files do not read."""
+  _restore(tf.train.Checkpoint(model=model), prefix, "fine-tuned model",
+           "is it a checkpoint of these task_names and sizes?")
+
+
+def restore_latest(model: FinetuningModel, model_dir: str) -> str | None:
+  """``restore_finetuned`` from the newest complete ``ckpt-<N>`` of a fine-tuning run's
+  ``model_dir`` (``training.latest_checkpoint``); returns its prefix, None when it has none."""
+  latest = latest_checkpoint(model_dir) if os.path.isdir(model_dir) else None
+  if latest:
+    restore_finetuned(model, latest)
+  return latest
 
 
 def _load_tf2(model: FinetuningModel, prefix: str) -> checkpoints.LoadReport:

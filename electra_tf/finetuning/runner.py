@@ -124,10 +124,8 @@ class ModelRunner:
 
   def restore(self) -> None:
     """Weights for evaluation without training: model_dir's latest checkpoint, else init."""
-    latest = training.latest_checkpoint(self.model_dir) if os.path.isdir(self.model_dir) else None
+    latest = model_lib.restore_latest(self.model, self.model_dir)
     if latest:
-      status = tf.train.Checkpoint(model=self.model).read(latest)
-      status.expect_partial().assert_existing_objects_matched()
       log(f"Restored {latest}")
     elif self.config.init_checkpoint:
       self._init_weights()

@@ -21,6 +21,7 @@ folders) are described by ``infer_hparams_from_checkpoint`` from their tensor sh
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 import re
@@ -100,6 +101,13 @@ def model_dir_of(path: str) -> str:
   if os.path.isdir(path):
     return path
   return os.path.dirname(re.sub(r"\.(index|data-\d+-of-\d+)$", "", path)) or "."
+
+
+def recorded_values(config_class: type, stored: Mapping[str, Any]) -> dict[str, Any]:
+  """The values of a stored ``hparams.json`` that ``config_class`` takes: what rebuilds the
+  model and keeps the run that trained it (its sequence length, learning rate, ...)."""
+  names = {f.name for f in dataclasses.fields(config_class)}
+  return {k: v for k, v in stored.items() if k in names}
 
 
 def hparams_source(path: str) -> str:

@@ -66,8 +66,7 @@ class ModelSource:
   def with_record(self, config_class: type) -> dict[str, Any]:
     """``hparams`` over the recorded values that ``config_class`` takes: what a conversion
     keeps of the run that trained the model (its learning rate, sequence length, ...)."""
-    names = {f.name for f in dataclasses.fields(config_class)}
-    return {**{k: v for k, v in self.record.items() if k in names}, **self.hparams}
+    return {**model_dir.recorded_values(config_class, self.record), **self.hparams}
 
 
 def is_hf(path: str | None) -> bool:
