@@ -44,11 +44,14 @@ LITERT_PREFERENCE = ("float32", "float16", "int8", "int8_full")
 @dataclasses.dataclass
 class ModelSpec:
   """A model as its files describe it: its format, path (the ``.tflite``, the SavedModel
-  folder or the checkpoint), the task's definition (``tasks.json`` / ``litert.json``)."""
+  folder or the checkpoint), the task's definition (``tasks.json`` / ``litert.json``); a
+  SavedModel's or model directory's ``hparams.json`` and every task definition, read once."""
 
   kind: str
   path: str
   definition: dict[str, Any]
+  hparams: dict[str, Any] = dataclasses.field(default_factory=dict)
+  definitions: dict[str, dict] = dataclasses.field(default_factory=dict)
 
 
 @dataclasses.dataclass
@@ -105,6 +108,11 @@ def _definitions(folder: str, model: str) -> tuple[dict[str, Any], dict[str, dic
   return hparams, definitions
 
 
+def _files(spec: ModelSpec, folder: str) -> tuple[dict[str, Any], dict[str, dict]]:
+  """The (hparams.json, task definitions) ``describe`` read, else read from ``folder``."""
+  return (spec.hparams, spec.definitions) if spec.hparams else _definitions(folder, spec.path)
+
+
 def _task_definition(definitions: dict[str, dict], task: str | None, where: str
                      ) -> tuple[str, dict[str, Any]]:
   entries = by_signature(definitions)
@@ -128,13 +136,17 @@ def describe(path: str, task: str | None = None) -> ModelSpec:
     raise FileNotFoundError(f"--model {path} not found")
   for folder in (path, os.path.join(path, "saved_model")):
     if os.path.isfile(os.path.join(folder, "saved_model.pb")):
-      signature, definition = _task_definition(_definitions(folder, path)[1], task, folder)
-      return ModelSpec(SAVED_MODEL, folder, {**definition, "signature": signature})
+      hparams, definitions = _definitions(folder, path)
+      signature, definition = _task_definition(definitions, task, folder)
+      return ModelSpec(SAVED_MODEL, folder, {**definition, "signature": signature}, hparams,
+                       definitions)
   from electra_tf.reading.model_dir import model_dir_of
 
   folder = model_dir_of(path)
-  signature, definition = _task_definition(_definitions(folder, path)[1], task, folder)
-  return ModelSpec(MODEL_DIRECTORY, path, {**definition, "signature": signature})
+  hparams, definitions = _definitions(folder, path)
+  signature, definition = _task_definition(definitions, task, folder)
+  return ModelSpec(MODEL_DIRECTORY, path, {**definition, "signature": signature}, hparams,
+                   definitions)
 
 
 def load(spec: ModelSpec, threads: int | None = None) -> Predictor:
@@ -172,7 +184,7 @@ def _saved_model(spec: ModelSpec) -> Predictor:
   import tensorflow as tf
   import tensorflow_text  # noqa: F401 -- registers the ops of the raw-text signatures
 
-  hparams, _ = _definitions(spec.path, spec.path)
+  hparams, _ = _files(spec, spec.path)
   with console.native_logs_hidden():
     function = tf.saved_model.load(spec.path).signatures[spec.definition["signature"]]
 
@@ -185,13 +197,29 @@ def _saved_model(spec: ModelSpec) -> Predictor:
 
 
 def _model_directory(spec: ModelSpec) -> Predictor:
-  """A checkpoint directory (TF2 or TF1 names) built into the model and its signatures."""
-  from electra_tf.interop.conversion import load_finetuned
+  """A fine-tuned model directory read as evaluation reads it: ``hparams.json`` -> the config,
+  ``tasks.json`` -> the tasks and their heads, then its newest complete ``ckpt-<N>``
+  (``restore_latest``), else the checkpoint at ``path`` (a prefix, or ``tf1/model.ckpt`` /
+  ``ckpt`` in it: ``checkpoints.resolve_checkpoint``), read by object (ours, TF2) or by
+  official TF1 name (``tf1/``). Every variable must be there."""
+  from electra_tf import checkpoints  # local: they load TensorFlow
+  from electra_tf.config import FinetuningConfig
+  from electra_tf.finetuning import finetuning_model, registry
   from electra_tf.interop.finetuned_saved_model import FinetunedExport
-  from electra_tf.reading.model_dir import model_dir_of
+  from electra_tf.reading import model_dir
 
-  folder = model_dir_of(spec.path)
-  model, tasks, config, _, _ = load_finetuned(spec.path, {}, folder)
+  folder = model_dir.model_dir_of(spec.path)
+  hparams, definitions = _files(spec, folder)
+  config = FinetuningConfig("predict", folder, **{
+      **model_dir.recorded_values(FinetuningConfig, hparams), "vocab_file": _vocab(folder)})
+  tasks = registry.model_tasks(config, definitions, spec.path)
+  model = finetuning_model.create_model(config, tasks)
+  if not finetuning_model.restore_latest(model, spec.path):
+    prefix = checkpoints.resolve_checkpoint(spec.path)
+    if checkpoints.is_tf1_checkpoint(prefix):
+      checkpoints.load_tf1_checkpoint(model.tf1_variables(), prefix)
+    else:
+      finetuning_model.restore_finetuned(model, prefix)
   function = FinetunedExport(model, tasks).signatures()[spec.definition["signature"]]
 
   def run_batch(batch):
