@@ -3,12 +3,13 @@ definition, no weights read, so the input can be checked against it before anyth
 loads), then loaded (``load``) as a batch call.
 
 ``path`` is a fine-tuned model directory (``run_finetuning.py``'s
-``finetuning_models/<tasks>_model_<trial>``, or ``convert``'s output folder), a SavedModel
-export (``<out>/saved_model``) or a LiteRT ``.tflite`` with its ``litert.json`` beside it
-(``<out>/litert/int8.tflite``; the folder ``<out>/litert`` runs its most exact variant there,
-``float32.tflite`` when it was written). Each carries its task definitions (``tasks.json`` /
-``litert.json``) and ``vocab.txt``. A ``.tflite`` loads no TensorFlow (numpy, ``ai_edge_litert``
-and the pure-Python tokenizer) and runs one row per call.
+``finetuning_models/<tasks>_model_<trial>`` or its ``tf1/``, ``convert``'s ``<out>/tf2`` or
+``<out>/tf1``: read as evaluation reads it, see ``_model_directory``), a SavedModel export
+(``<out>/saved_model``, what ``<out>`` itself runs) or a LiteRT ``.tflite`` with its
+``litert.json`` beside it (``<out>/litert/int8.tflite``; the folder ``<out>/litert`` runs its
+most exact variant there, ``float32.tflite`` when it was written). Each carries its task
+definitions (``tasks.json`` / ``litert.json``) and ``vocab.txt``. A ``.tflite`` loads no
+TensorFlow (numpy, ``ai_edge_litert`` and the pure-Python tokenizer) and runs one row per call.
 """
 
 from __future__ import annotations
