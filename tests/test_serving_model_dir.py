@@ -46,7 +46,7 @@ print(json.dumps({"loaded": loaded, "outputs": got}))
 
 @pytest.fixture(scope="module")
 def export(tmp_path_factory):
-  return tiny_litert.build(tmp_path_factory.mktemp("tiny_model_dir"))
+  return tiny_litert.build(tmp_path_factory.mktemp("tiny_model_dir"), litert=False)
 
 
 def test_model_directory_loads_no_hf_import_and_equals_the_saved_model(export, tmp_path):

@@ -12,8 +12,9 @@ from helpers.paths import GOLDEN
 LABELS = ["entailment", "not_entailment"]
 
 
-def build(root: pathlib.Path) -> pathlib.Path:
-  """``<root>/export`` (SavedModel, tf1/, litert/int8.tflite ...) of the golden RTE head."""
+def build(root: pathlib.Path, litert: bool = True) -> pathlib.Path:
+  """``<root>/export`` (SavedModel, tf1/, tf2/, and with ``litert`` litert/int8.tflite) of the
+  golden RTE head."""
   from electra_tf.interop import litert_export, signatures
   from electra_tf.interop.conversion import convert_finetuned
   from electra_tf.reading import model_tasks
@@ -31,6 +32,8 @@ def build(root: pathlib.Path) -> pathlib.Path:
        "scorer": "scorers.AccuracyScorer", "data": str(root / "rte")}])
   out = root / "export"
   result = convert_finetuned(str(model / "model.ckpt"), hparams, str(out))
+  if not litert:
+    return out
   tasks, config = result["tasks"], result["config"]
   names = signatures.signature_names({t.name: t.kind for t in tasks})
   litert_export.export_litert(str(out), tasks, names, config.max_seq_length, ["int8"],
