@@ -61,6 +61,7 @@ STEP_LINE = re.compile(r"^\d+/\d+ = ")
 SAVED_LINE = re.compile(r"^Saved \S+$")
 HEADING_RULE = re.compile(r"^=+$")
 REJECTED_LINE = re.compile(r"^Warning: checkpoint \S+ .*; moved it to \S+")  # set aside
+STOP_LINE = re.compile(r"^run_\w+\.py:|error|warning", re.I)  # how a worker ends, or complains
 TRACEBACK = re.compile(r"Traceback \(most recent call last\)|^Exception ignored", re.M)
 
 
@@ -449,8 +450,9 @@ def fault_problems(fault: str, r: Run) -> list[str]:
 
 def peer_problems(first: Run) -> list[str]:
   """What is wrong with how worker 1 of a two-worker run ended: left running after worker 0
-  ended (``problem``), a non-zero status when worker 0 completed, or more than one line after
-  its last phase heading that is not progress when it stopped because worker 0 did."""
+  ended (``problem``), a non-zero status when worker 0 completed, more than one error or stop
+  line (``STOP_LINE``: the script's own one-line ending, or any line naming an error), or one
+  longer than SHORT characters."""
   peer = first.peer
   if peer is None:
     return []
@@ -459,15 +461,12 @@ def peer_problems(first: Run) -> list[str]:
   problems = []
   if first.returncode == 0 and peer.returncode != 0:
     problems.append(f"exit status {peer.returncode} while worker 0 completed")
-  lines = [line for line in peer.output.splitlines() if line.strip()]
-  heading = max((i for i, line in enumerate(lines) if HEADING_RULE.match(line)), default=-1)
-  lines = [line for line in lines[heading + 1:]  # what it printed once training started
-           if not (STEP_LINE.match(line) or SAVED_LINE.match(line))]
-  if peer.returncode != 0 and first.returncode != 0 and len(lines) > 1:
-    problems.append(f"{len(lines)} lines when worker 0 stopped: "
-                    + " | ".join(line[:100] for line in lines[-3:]))
-  if any(len(line) > SHORT for line in lines):
-    problems.append(f"a line of {max(map(len, lines))} characters")
+  said = [line for line in peer.output.splitlines() if STOP_LINE.search(line)]
+  if len(said) > 1:
+    problems.append(f"{len(said)} error or stop lines: "
+                    + " | ".join(line[:100] for line in said[-3:]))
+  if any(len(line) > SHORT for line in said):
+    problems.append(f"a line of {max(map(len, said))} characters")
   return problems
 
 
