@@ -4,11 +4,12 @@ it completes, and checks that nothing was lost.
 
     python benchmarks/chaos.py [--trials 40] [--seed 0] [--only K[,K...]] [--jobs 2]
 
-Trial K (odd: pre-training, even: fine-tuning) draws from (seed, K) its settings (pre-training:
-plain, gradient accumulation, float16 mixed precision, or a second run with --restart;
-fine-tuning: plain, keep_all_models false, a GLUE task (sst) besides the user task, or flags
-changed after the first run: keep_all_models false->true, num_trials 3->2, n_writes_test
-2->1) and 2-4 faults, each a kind: SIGKILL, SIGINT, SIGTERM, two SIGINTs, a power cut
+Trial K (odd: pre-training, even: fine-tuning) takes its kind's settings in turn (pre-training:
+plain, gradient accumulation, float16 mixed precision, a second run with --restart, or two
+workers over loopback, the faults hitting the chief; fine-tuning: plain, keep_all_models false,
+a GLUE task (sst) besides the user task, or flags changed after the first run: keep_all_models
+false->true, num_trials 3->2, n_writes_test 2->1), from a place drawn from the seed, and draws
+from (seed, K) 2-4 faults, each a kind: SIGKILL, SIGINT, SIGTERM, two SIGINTs, a power cut
 (SIGKILL, then one file the run wrote in its last moments is left empty, short, or under its
 temporary name), a transient read error (the 1st, or 1st and 2nd, checkpoint read raise
 tf.errors.UnavailableError), a write error
@@ -42,7 +43,9 @@ no good checkpoint ever moved aside (``*.rejected*`` that reads back whole and f
 kill followed by at most one line of at most 300 characters (not counting the progress and
 ``Saved`` lines of the step a first SIGINT / SIGTERM lets finish) and the signal's exit
 status; an error fault either retried (the run completes) or ending the run with one line and
-status 1; a second run refused in one line naming the first's process id, saving nothing.
+status 1; a second run refused in one line naming the first's process id, saving nothing;
+worker 1 of two ends by itself within a minute and a half of the chief (once their cluster
+formed), with status 0 when the chief completed, else in at most one line, never a traceback.
 Timed moments are stretched by how much slower than the reference the latest runs started.
 
 One line per trial; a failing one ends with the arguments replaying it alone. Then the trials
@@ -76,7 +79,7 @@ import chaos_checks as checks  # noqa: E402
 import chaos_runs as runs  # noqa: E402
 
 FAULTS = {"SIGKILL": 20, "SIGINT": 12, "SIGTERM": 12, "SIGINT x2": 8, "power cut": 16,
-          "read error": 10, "write error": 8, "ENOSPC": 8, "second run": 6}
+          "read error": 10, "write error": 8, "ENOSPC": 8, "second run": 10}
 SIGNALS = {"SIGKILL": "SIGKILL", "SIGINT": "SIGINT", "SIGTERM": "SIGTERM", "SIGINT x2": "SIGINT",
            "power cut": "SIGKILL"}
 ERROR_AT = {"write error": ("ckpt_save", "atomic_write", "tf_state_write"),
@@ -86,7 +89,7 @@ FIRST_MOMENT = 0.1  # s: before it Python itself starts (a Ctrl-C then is its ow
 STEP_HOOKS = {"ckpt_save", "input_state_save", "rmtree", "tf_state_write", "staged_dir",
               "atomic_write"}  # called again for each step saved
 CHECKS = ("weights", "latest", "results", "lost", "aside", "leftovers", "tracebacks", "kill",
-          "fault", "second run", "exit")
+          "fault", "second run", "worker 1", "exit")
 
 
 def kind_of(k: int) -> str:
@@ -94,24 +97,26 @@ def kind_of(k: int) -> str:
 
 
 def variant_of(seed: int, k: int) -> str:
-  """Trial k's settings (chaos_runs.VARIANTS), drawn from (seed, k) alone; plain half the time."""
-  rng = random.Random(f"chaos settings {seed} {k}")
-  others = [v for v in runs.VARIANTS[kind_of(k)] if v != "plain"]
-  return "plain" if rng.random() < 0.5 else rng.choice(others)
+  """Trial k's settings (chaos_runs.VARIANTS): the trials of a kind take them in turn, from a
+  place drawn from the seed, so 40 trials run each setting of a kind 2-4 times."""
+  names = list(runs.VARIANTS[kind_of(k)])
+  start = random.Random(f"chaos settings {seed}").randrange(len(names))
+  return names[(start + (k - 1) // 2) % len(names)]
 
 
-def draw_kills(seed: int, k: int, stats: dict) -> list[dict]:
+def draw_kills(seed: int, k: int, stats: dict, workers: int = 1) -> list[dict]:
   """Trial k's fault plans, a function of (seed, k) and the reference run's call statistics.
 
   Fault r aims at the part a run still has to do after r faults (about 0.6^r of it). A read
-  error is never the first fault: a fresh folder holds no checkpoint to read."""
+  error is never the first fault: a fresh folder holds no checkpoint to read. Two workers get
+  no second run (its own cluster would need its own ports: nothing to do with the folder)."""
   rng = random.Random(f"chaos {seed} {k}")
   kills = []
   calls = stats["calls"]
   for r in range(rng.randint(2, 4)):
     left = 0.6 ** r
     fault = rng.choices(list(FAULTS), list(FAULTS.values()))[0]
-    while fault == "read error" and r == 0 or (
+    while fault == "read error" and r == 0 or (workers > 1 and fault == "second run") or (
         fault in ERROR_AT and not set(ERROR_AT[fault]) & set(calls)):
       fault = rng.choices(list(FAULTS), list(FAULTS.values()))[0]
     kill = {"fault": fault, "signal": SIGNALS.get(fault), "repeat": 2 if fault == "SIGINT x2"
@@ -209,10 +214,11 @@ def run_trial(k: int, seed: int, kills: list[dict], data: pathlib.Path, ref: dic
     # a stop may take as long as a whole uninterrupted run (a SIGTERM while the first step is
     # traced is read once the step runs), never longer
     r = runs.run(cmd, kill, work / f"trial-{k}.run-{out.runs}.events",
-                 max(runs.STOP_SECONDS, ref["seconds"]))
+                 max(runs.STOP_SECONDS, ref["seconds"]), runs.workers_of(out.kind, out.variant))
     (work / f"trial-{k}.run-{out.runs}.log").write_text(r.output, encoding="utf-8")
-    if r.second is not None:
-      (work / f"trial-{k}.run-{out.runs}.second.log").write_text(r.second.output, "utf-8")
+    for name, other in (("second", r.second), ("worker1", r.peer)):
+      if other is not None:
+        (work / f"trial-{k}.run-{out.runs}.{name}.log").write_text(other.output, "utf-8")
     pace.add(out.kind, r.events)
     check_run(out, r, folder, dirs, before, ref["saves"], "--restart" in cmd)
     out.problems["aside"] += [f"run {out.runs}: {p}" for p in checks.good_set_aside(folder, aside)]
@@ -261,10 +267,11 @@ def check_run(out: Outcome, r: runs.Run, folder: pathlib.Path, dirs: list[pathli
   work lost (a --restart run keeps it in <folder>.before-restart-<n>); after a restore, no
   unusable checkpoint newer than the one it chose left in place and every checkpoint the
   reference run saved after that step saved again (up to the last one this run saved)."""
-  for who, run in (("", r), (" (second run)", r.second)):
+  for who, run in (("", r), (" (second run)", r.second), (" (worker 1)", r.peer)):
     where = run and runs.traceback_of(run.output)
     if where:
       out.problems["tracebacks"].append(f"run {out.runs}{who}: {where}")
+  out.problems["worker 1"] += [f"run {out.runs}: {p}" for p in runs.peer_problems(r)]
   after = [checks.usable_step(d) for d in dirs]
   if restart and "--restart: moved" in r.output:
     kept = [max((checks.usable_step(a) for a in d.parent.glob(f"{d.name}.before-restart-*")),
@@ -327,7 +334,10 @@ def reference(kind: str, variant: str, data: pathlib.Path, work: pathlib.Path) -
   recording: its folder, final steps and call statistics."""
   name = reference_name(kind, variant)
   folder = runs.copy_data(data, kind, work / name)
-  r = runs.run(runs.command(kind, folder, variant), None, work / f"{name}.events")
+  r = runs.run(runs.command(kind, folder, variant), None, work / f"{name}.events",
+               workers=runs.workers_of(kind, variant))
+  if r.peer is not None and (r.peer.returncode != 0 or runs.traceback_of(r.peer.output)):
+    r.returncode, r.output = r.peer.returncode or 1, r.output + "\n(worker 1)\n" + r.peer.output
   if r.returncode != 0 or runs.traceback_of(r.output):
     sys.exit(f"chaos: the uninterrupted {kind} run ({variant}) failed (exit status "
              f"{r.returncode}):\n" + r.output[-3000:])
@@ -393,8 +403,9 @@ def run_all(args: argparse.Namespace, chosen: list[int], n: int, work: pathlib.P
     futures = {}
     for k in chosen:
       ref = refs[kind_of(k), variant_of(args.seed, k)]
-      futures[k] = pool.submit(guarded_trial, k, args.seed, draw_kills(args.seed, k, ref["stats"]),
-                               work / "data", ref, work, pace)
+      kills = draw_kills(args.seed, k, ref["stats"],
+                         runs.workers_of(kind_of(k), variant_of(args.seed, k)))
+      futures[k] = pool.submit(guarded_trial, k, args.seed, kills, work / "data", ref, work, pace)
     outcomes = []
     for k in chosen:
       outcomes.append(futures[k].result())

@@ -12,6 +12,7 @@ import pathlib
 import re
 import shutil
 import signal
+import socket
 import string
 import subprocess
 import sys
@@ -52,6 +53,7 @@ FINETUNE = {**TINY, "eval_batch_size": 16, "init_checkpoint": None, "task_names"
             "iterations_per_loop": 4, "save_checkpoints_steps": 4, "write_test_outputs": True,
             "seed": 5}
 KINDS = ("pretrain", "finetune")
+LOST_WORKER_SECS = 20  # two workers: one silent this long is lost (the other stops)
 STOP_SECONDS = 60  # from a SIGINT / SIGTERM to the end of the process, at least
 RUN_SECONDS = 900  # a whole run, on a loaded machine
 SHORT = 300  # characters: the one line a kill may print
@@ -59,6 +61,7 @@ STEP_LINE = re.compile(r"^\d+/\d+ = ")
 SAVED_LINE = re.compile(r"^Saved \S+$")
 HEADING_RULE = re.compile(r"^=+$")
 REJECTED_LINE = re.compile(r"^Warning: checkpoint \S+ .*; moved it to \S+")  # set aside
+STOP_LINE = re.compile(r"^run_\w+\.py:|error|warning", re.I)  # how a worker ends, or complains
 TRACEBACK = re.compile(r"Traceback \(most recent call last\)|^Exception ignored", re.M)
 
 
@@ -124,11 +127,15 @@ def copy_data(data: pathlib.Path, kind: str, dest: pathlib.Path) -> pathlib.Path
 
 # Settings a trial is drawn with: "hparams" (every run and the reference run), "first" (hparams
 # of the series' first run only: flags changed before the reruns), "restart" (the second run
-# gets --restart), "args" (command-line flags).
+# gets --restart), "args" (command-line flags), "workers" (processes of one multi-worker run
+# over loopback; the faults hit worker 0, the chief).
 VARIANTS = {
   "pretrain": {"plain": {}, "accumulation": {"hparams": {"gradient_accumulation_steps": 2}},
                "mixed precision": {"args": ["--mixed_precision", "float16"]},
-               "restart": {"restart": True}},
+               "restart": {"restart": True},
+               "two workers": {"workers": 2, "args": [
+                   "--distribution_strategy=multi_worker_mirrored",
+                   f"--lost_worker_secs={LOST_WORKER_SECS}"]}},
   "finetune": {"plain": {}, "keep_all_models false": {"hparams": {"keep_all_models": False}},
                "keep_all_models false->true": {"first": {"keep_all_models": False}},
                "num_trials 3->2": {"first": {"num_trials": 3}},
@@ -170,6 +177,11 @@ def model_dirs(kind: str, data_dir: pathlib.Path, variant: str = "plain") -> lis
   return [home / "finetuning_models" / f"{tasks_of(variant)}_model_{t}" for t in trials]
 
 
+def workers_of(kind: str, variant: str) -> int:
+  """The processes one run of (kind, variant) is (a multi-worker cluster over loopback)."""
+  return VARIANTS[kind][variant].get("workers", 1)
+
+
 def tasks_of(variant: str) -> str:
   """The fine-tuning tasks of ``variant`` as the folder and results names join them."""
   return ",".join(hparams_of("finetune", variant)["task_names"])
@@ -189,6 +201,7 @@ class Run:
   pid: int = 0
   marked_at: float | None = None  # epoch seconds when the marker was read
   second: Run | None = None  # the same command started while this one ran (a "second run")
+  peer: Run | None = None  # worker 1 of a two-worker run (no fault of its own)
 
 
 LIVE: set[subprocess.Popen] = set()  # the runs in progress, ended by end_all
@@ -213,17 +226,103 @@ def end_all() -> None:
     proc.kill()
 
 
+def free_port() -> int:
+  with socket.socket() as s:
+    s.bind(("127.0.0.1", 0))
+    return s.getsockname()[1]
+
+
+def tf_configs(workers: int) -> list[str]:
+  """TF_CONFIG of each worker of a cluster on free loopback ports, worker 0 first."""
+  cluster = [f"127.0.0.1:{free_port()}" for _ in range(workers)]
+  return [json.dumps({"cluster": {"worker": cluster}, "task": {"type": "worker", "index": i}})
+          for i in range(workers)]
+
+
+PEER_SECONDS = LOST_WORKER_SECS + 60  # worker 1's end after worker 0's, at most
+
+
 def run(cmd: list[str], kill: dict | None, events: pathlib.Path,
-        stop_seconds: float = STOP_SECONDS) -> Run:
+        stop_seconds: float = STOP_SECONDS, workers: int = 1) -> Run:
   """Runs ``cmd`` with the injector and ``kill`` planned; SIGKILLs it ``stop_seconds`` after a
   marker or RUN_SECONDS after its start, saying so in ``problem``. When the run asks for a
-  second run (its SECOND marker), the same command is started beside it, without a fault."""
+  second run (its SECOND marker), the same command is started beside it, without a fault.
+  With ``workers`` 2, worker 1 runs beside it (``peer``), without a fault; it must end by
+  itself within PEER_SECONDS of worker 0 once worker 0 reached its restore (else it is
+  SIGKILLed, as a cluster manager would, and its ``problem`` says so)."""
   if STOPPING.is_set():
     raise RuntimeError("the harness is stopping")
+  configs = tf_configs(workers) if workers > 1 else [None]
+  peers = [_start(cmd, None, events.with_suffix(f".worker{i}.events"), config)
+           for i, config in enumerate(configs[1:], 1)]
+  try:
+    first = _run(cmd, kill, events, stop_seconds, configs[0])
+  finally:
+    outcome = [_finish(p, time.monotonic() + PEER_SECONDS) for p in peers]
+  if outcome:
+    formed = any(e["ev"] == "call" and e["hook"] == "restore" for e in first.events)
+    if not formed and outcome[0].problem:  # worker 0 died before the cluster formed: worker
+      outcome[0].problem = None  # 1 waiting for it is what a cluster does
+    first.peer = outcome[0]
+  return first
+
+
+@dataclasses.dataclass
+class _Started:
+  proc: subprocess.Popen
+  chunks: list[bytes]
+  reader: threading.Thread
+  events: pathlib.Path
+  start: float
+
+
+def _env(kill: dict | None, events: pathlib.Path, tf_config: str | None) -> dict:
   events.unlink(missing_ok=True)
   env = {**os.environ, "PYTHONUNBUFFERED": "1",
          ENV: json.dumps({"events": str(events), "kill": kill}),
          "PYTHONPATH": os.pathsep.join(filter(None, [str(INJECT), os.environ.get("PYTHONPATH")]))}
+  if tf_config:
+    env["TF_CONFIG"] = tf_config
+  return env
+
+
+def _start(cmd: list[str], kill: dict | None, events: pathlib.Path,
+           tf_config: str | None) -> _Started:
+  """A worker without a fault, its output collected by a thread."""
+  proc = subprocess.Popen(cmd, cwd=REPO, env=_env(kill, events, tf_config),
+                          stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
+  LIVE.add(proc)
+  chunks: list[bytes] = []
+  reader = threading.Thread(target=lambda: chunks.extend(iter(
+      lambda: proc.stdout.read1(65536), b"")), daemon=True)
+  reader.start()
+  return _Started(proc, chunks, reader, events, time.monotonic())
+
+
+def _finish(started: _Started, deadline: float) -> Run:
+  """The worker's Run once it ends, SIGKILLed (with a problem) at ``deadline``."""
+  proc, problem = started.proc, None
+  while proc.poll() is None and time.monotonic() < deadline:
+    time.sleep(0.05)
+  if proc.poll() is None:
+    problem = f"worker 1 still running {PEER_SECONDS} s after worker 0 ended"
+    proc.kill()
+  proc.wait()
+  LIVE.discard(proc)
+  started.reader.join(timeout=30)
+  output = b"".join(started.chunks).decode("utf-8", errors="replace")
+  recorded = []
+  if started.events.exists():
+    recorded = [json.loads(line) for line in started.events.read_text().splitlines()
+                if line.strip()]
+  return Run(proc.returncode, output, recorded, time.monotonic() - started.start, False,
+             problem=problem, pid=proc.pid)
+
+
+def _run(cmd: list[str], kill: dict | None, events: pathlib.Path, stop_seconds: float,
+         tf_config: str | None) -> Run:
+  """Worker 0 (the only one of a one-process run), with ``kill`` planned (see ``run``)."""
+  env = _env(kill, events, tf_config)
   signalled = bool(kill and kill.get("signal"))  # an error fault may let the run go on
   start = time.monotonic()
   proc = subprocess.Popen(cmd, cwd=REPO, env=env, stdout=subprocess.PIPE,
@@ -346,6 +445,28 @@ def fault_problems(fault: str, r: Run) -> list[str]:
                     + " | ".join(line[:100] for line in other[:3]))
   elif len(other[0]) > SHORT:
     problems.append(f"{fault}: a {len(other[0])}-character line after the error")
+  return problems
+
+
+def peer_problems(first: Run) -> list[str]:
+  """What is wrong with how worker 1 of a two-worker run ended: left running after worker 0
+  ended (``problem``), a non-zero status when worker 0 completed, more than one error or stop
+  line (``STOP_LINE``: the script's own one-line ending, or any line naming an error), or one
+  longer than SHORT characters."""
+  peer = first.peer
+  if peer is None:
+    return []
+  if peer.problem:
+    return [peer.problem]
+  problems = []
+  if first.returncode == 0 and peer.returncode != 0:
+    problems.append(f"exit status {peer.returncode} while worker 0 completed")
+  said = [line for line in peer.output.splitlines() if STOP_LINE.search(line)]
+  if len(said) > 1:
+    problems.append(f"{len(said)} error or stop lines: "
+                    + " | ".join(line[:100] for line in said[-3:]))
+  if any(len(line) > SHORT for line in said):
+    problems.append(f"a line of {max(map(len, said))} characters")
   return problems
 
 

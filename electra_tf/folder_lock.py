@@ -7,7 +7,9 @@ start date, command line and the folder's real path (a lock copied along with th
 one line naming the holder. A lock whose holder is dead on this host (killed, SIGKILLed, a
 crash, a reboot) is taken over, with one line. A lock from another host is never taken: this
 host cannot tell whether that run still goes on; the line names it and the `rm` command that
-clears it.
+clears it. A lock that stays unreadable and unchanged for 2 s (empty or cut short: a power cut
+on a disk that lost it, or a crash in the middle of an exclusive create) is damaged, not being
+written, and is taken over the same way, with one line.
 
 Locally the lock is created whole (written and fsynced under a temporary name, then hard-linked
 to its name, which fails if it exists; `O_CREAT | O_EXCL` where hard links are not supported),
@@ -46,6 +48,7 @@ _TOKEN = uuid.uuid4().hex  # this process's locks; the same process may acquire 
 _held: set[str] = set()  # lock files this process holds
 _at_exit = []  # [True] once release_all is registered
 _TRIES = 100  # of 0.05 s: how long a lock being created or taken over by another run is awaited
+_DAMAGED_TRIES = 40  # of 0.05 s: a lock unreadable and unchanged this long is damaged
 
 
 class FolderLockedError(FileExistsError):
@@ -194,6 +197,8 @@ def acquire(folder: str) -> str | None:
   if "://" in folder:
     return _acquire_remote(folder, path)
   os.makedirs(folder, exist_ok=True)
+  unreadable = 0  # looks in a row at the same unreadable lock
+  last = None
   for _ in range(_TRIES):
     if _create(path):
       _hold(path)
@@ -201,6 +206,12 @@ def acquire(folder: str) -> str | None:
     holder, raw = _read(path)
     if raw is None:  # released meanwhile
       continue
+    unreadable = unreadable + 1 if holder is None and raw == last else 0
+    last = raw if holder is None else None
+    if holder is None and unreadable >= _DAMAGED_TRIES and _take_over(path, raw):
+      _hold(path)  # not being written (a lock is created whole): damaged, by a power cut on
+      return (f"Took over the lock {path}, left unreadable ({len(raw)} bytes) by a run "  # a
+              "that ended without releasing it")  # disk that lost it, or a crash mid-create
     if holder is None:  # being written (no hard links) or damaged
       time.sleep(0.05)
       continue

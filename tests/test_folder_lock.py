@@ -189,3 +189,19 @@ def test_a_lock_copied_with_its_folder_is_no_lock_on_the_copy(tmp_path):
   assert out == "got", out
   assert _other_process_acquires(original).startswith("refused"), "the original lost its lock"
   folder_lock.release(str(original))
+
+
+@pytest.mark.parametrize("damage", [b"", b'{"host": "vm", "pi'])
+def test_a_lock_a_power_cut_left_unreadable_is_taken_over_with_one_line(tmp_path, damage):
+  folder = tmp_path / "run"
+  folder.mkdir()
+  (folder / folder_lock.LOCK_NAME).write_bytes(damage)  # empty, or cut short
+  started = time.monotonic()
+  line = folder_lock.acquire(str(folder))
+  try:
+    assert line is not None and line.startswith(f"Took over the lock {folder}/.run.lock, left "
+                                                f"unreadable ({len(damage)} bytes)"), line
+    assert "\n" not in line and time.monotonic() - started < 5
+    assert json.loads((folder / folder_lock.LOCK_NAME).read_text())["pid"] == os.getpid()
+  finally:
+    folder_lock.release(str(folder))

@@ -31,6 +31,7 @@ import tensorflow as tf
 from helpers import procs
 
 from data_prep import build_pretraining_dataset as bpd
+from electra_tf import console
 from electra_tf.pretraining import data
 from electra_tf.pretraining.schema import FEATURES, to_example
 
@@ -146,6 +147,8 @@ def test_two_workers_train_and_resume_as_one_worker_with_two_replicas(pretrain_d
   runs = _two_workers(pretrain_dir, "two", STEPS) + _one_worker(pretrain_dir, "one", STEPS)
   chief, other, _ = _finish(runs)
   assert "Saved" in chief and "Saved" not in other  # only the chief reports its saves
+  for log in (chief, other):  # no native log line (gRPC's "Started server ...", absl's warning)
+    assert not [line for line in log.splitlines() if console.LOG_LINE.match(line)], log[:3000]
   assert sorted(p.name for p in (models / "two").iterdir() if p.is_file()
                 and not p.name.startswith("events")) == [
       "checkpoint", f"ckpt-{STEPS}.data-00000-of-00001", f"ckpt-{STEPS}.index", "config.json",

@@ -12,6 +12,7 @@ import tensorflow as tf
 import tf_keras
 from official.common import distribute_utils
 
+from electra_tf import console
 from electra_tf.training import lost_worker
 
 # The one list of strategy names: get_strategy's and both training scripts' flag.
@@ -63,9 +64,10 @@ def get_strategy(distribution_strategy: str = "one_device", num_gpus: int | None
   if name == "multi_worker_mirrored":
     distribute_utils.configure_cluster(worker_hosts, task_index)
     lost_worker.configure(lost_worker_secs)
-  return distribute_utils.get_distribution_strategy(
-      distribution_strategy=name, num_gpus=num_gpus, all_reduce_alg=all_reduce_alg,
-      tpu_address=tpu)
+  with console.native_logs_hidden():  # gRPC's "Started server with target ..." of a cluster
+    return distribute_utils.get_distribution_strategy(
+        distribution_strategy=name, num_gpus=num_gpus, all_reduce_alg=all_reduce_alg,
+        tpu_address=tpu)
 
 
 def uses_tpu(use_tpu: bool = False) -> bool:
