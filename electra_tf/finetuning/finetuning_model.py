@@ -187,8 +187,8 @@ _TF2_VALUE = "/.ATTRIBUTES/VARIABLE_VALUE"
 
 
 def _tf2_keys(prefix: str) -> list[str]:
-  with checkpoints.reading(prefix):
-    return [k for k, _ in tf.train.list_variables(prefix) if k.endswith(_TF2_VALUE)]
+  keys = checkpoints.read_retried(prefix, lambda: tf.train.list_variables(prefix))
+  return [k for k, _ in keys if k.endswith(_TF2_VALUE)]
 
 
 def load_init_checkpoint(model: FinetuningModel, checkpoint: str | model_source.LoadedModel
@@ -220,8 +220,7 @@ def load_init_checkpoint(model: FinetuningModel, checkpoint: str | model_source.
 
 def _restore(root: tf.train.Checkpoint, prefix: str, what: str) -> None:
   try:
-    with checkpoints.reading(prefix):  # unreadable files: "corrupt or truncated"
-      status = root.read(prefix)
+    status = checkpoints.read_retried(prefix, lambda: root.read(prefix))  # damage: "corrupt"
   except checkpoints.CorruptCheckpointError:
     raise
   except (ValueError, tf.errors.InvalidArgumentError) as e:

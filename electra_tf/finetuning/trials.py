@@ -127,8 +127,7 @@ class TrialBook:
     for folder, pattern in ((os.path.dirname(self.config.model_dir) or ".",
                              re.escape(os.path.basename(self.config.model_dir)) + r"_(\d+)"),
                             (f"{self.config.model_dir}_trials", r"trial_(\d+)\.json")):
-      names = [n.rstrip("/") for n in tf.io.gfile.listdir(folder)
-               ] if tf.io.gfile.isdir(folder) else []
+      names = checkpoints.list_folder(folder) or []
       found.update(int(m.group(1)) for m in map(re.compile(pattern).fullmatch, names) if m)
     n = self.config.num_trials
     return sorted(t for t in found if t >= 1 and (n < 0 or t <= n))
@@ -247,10 +246,10 @@ class TrialBook:
     if problem:
       return f"its {problem}"
     try:
-      with checkpoints.reading(tf1):
+      def read_step() -> int | None:
         reader = tf.train.load_checkpoint(tf1)
-        tf1_step = (int(reader.get_tensor(GLOBAL_STEP))
-                    if reader.has_tensor(GLOBAL_STEP) else None)
+        return int(reader.get_tensor(GLOBAL_STEP)) if reader.has_tensor(GLOBAL_STEP) else None
+      tf1_step = checkpoints.read_retried(tf1, read_step)
     except checkpoints.CorruptCheckpointError as e:
       return f"its {e}"
     if tf1_step != step:
