@@ -124,9 +124,10 @@ class ModelRunner:
 
   def restore(self) -> None:
     """Weights for evaluation without training: model_dir's latest checkpoint, else init."""
-    latest = training.latest_checkpoint(self.model_dir) if os.path.isdir(self.model_dir) else None
+    latest = training.latest_checkpoint(self.model_dir)  # none when there is no such folder
     if latest:
-      status = tf.train.Checkpoint(model=self.model).read(latest)
+      status = checkpoints.read_retried(
+          latest, lambda: tf.train.Checkpoint(model=self.model).read(latest))
       status.expect_partial().assert_existing_objects_matched()
       log(f"Restored {latest}")
     elif self.config.init_checkpoint:

@@ -75,6 +75,11 @@ def check_init_checkpoint(config: FinetuningConfig) -> None:
                             "to fine-tune from random initialisation") from None
 
 
+def _exists(path: str) -> bool:
+  """tf.io.gfile.exists, a read error retried (checkpoints.read_retried), never taken for no."""
+  return checkpoints.read_retried(path, lambda: tf.io.gfile.exists(path), what="path")
+
+
 def trial_seed(seed: int | None, trial: int) -> int | None:
   """Trial ``trial`` (1-based) uses ``seed + trial - 1``; None stays None."""
   return None if seed is None else seed + trial - 1
@@ -240,7 +245,7 @@ class TrialBook:
     if final_step is not None and step != final_step:
       return f"its newest checkpoint {latest} is at step {step}, not its final step {final_step}"
     tf1 = os.path.join(folder, "tf1", TF1_NAME)
-    if not tf.io.gfile.exists(tf1 + ".index"):
+    if not _exists(tf1 + ".index"):
       return f"its {tf1} is missing"
     problem = checkpoint_files.unusable(tf1)
     if problem:
@@ -279,8 +284,7 @@ class TrialBook:
     atomic_io.remove_leftovers(folder)
     if checkpointing.complete_checkpoints(folder):
       log(f"Resuming trial {trial} from {folder}")
-    elif tf.io.gfile.exists(folder) and not tf.io.gfile.exists(
-        os.path.join(folder, SETTINGS_FILE)):
+    elif _exists(folder) and not _exists(os.path.join(folder, SETTINGS_FILE)):
       atomic_io.remove_tree(folder)  # no checkpoint, no settings: nothing to keep
     tf.io.gfile.makedirs(folder)
     path = os.path.join(folder, SETTINGS_FILE)
