@@ -1,6 +1,7 @@
 """A transient read error (a bucket's 503) where a run starts is retried like one at restore
-(checkpoints.read_retried): reading ``init_checkpoint`` for fine-tuning or convert, and listing
-the model folder on resume. If it persists, one line names the error and the file, and nothing
+(checkpoints.read_retried): reading ``init_checkpoint`` for fine-tuning (through
+model_source.load_model and load_tf1_checkpoint, which convert reads with too), and listing the
+model folder on resume. If it persists, one line names the error and the file, and nothing
 is written or moved; damage is still not retried.
 """
 
