@@ -22,6 +22,8 @@ from typing import TypeVar
 
 import numpy as np
 import tensorflow as tf
+from google.protobuf import text_format
+from tensorflow.python.training.checkpoint_state_pb2 import CheckpointState  # the state file
 
 from electra_tf import atomic_io
 from electra_tf.names import GLOBAL_STEP, OPTIMIZER_SLOT, OPTIMIZER_STATE, tf1_name
@@ -95,22 +97,22 @@ def _cause(error: BaseException) -> str:
 
 
 @contextlib.contextmanager
-def reading(prefix: str) -> Iterator[None]:
-  """Turns TensorFlow's read errors inside the block into one-line errors naming the checkpoint:
-  CorruptCheckpointError on proof of damage (see is_damage), CheckpointUnavailableError for
-  any other read error (OpError, OSError). InvalidArgumentError (a shape or dtype mismatch,
-  the caller's) passes through.
+def _reading(path: str, what: str) -> Iterator[None]:
+  """Turns TensorFlow's read errors inside the block into one-line errors naming ``what`` and
+  ``path``: CorruptCheckpointError on proof of damage (see is_damage), CheckpointUnavailableError
+  for any other read error (OpError, OSError). InvalidArgumentError (a shape or dtype mismatch,
+  the caller's) and FileNotFoundError (the reader's answer: no checkpoint there) pass through.
   """
   try:
     yield
-  except tf.errors.InvalidArgumentError:  # a mismatch (shape, dtype), not damage: the caller's
+  except (tf.errors.InvalidArgumentError, FileNotFoundError):  # the caller's, not the storage's
     raise
   except (tf.errors.OpError, IndexError, OSError) as e:
     if is_damage(e):
-      raise CorruptCheckpointError(f"checkpoint {prefix} is corrupt or truncated "
+      raise CorruptCheckpointError(f"{what} {path} is corrupt or truncated "
                                    f"(TensorFlow: {tf_error_summary(e)})") from None
     raise CheckpointUnavailableError(
-        f"checkpoint {prefix} could not be read ({_cause(e)}); nothing was moved; rerun when "
+        f"{what} {path} could not be read ({_cause(e)}); nothing was moved; rerun when "
         "the storage answers") from None
 
 
@@ -132,19 +134,21 @@ def read_retry_delays() -> tuple[float, ...]:
 T = TypeVar("T")
 
 
-def read_retried(prefix: str, read: Callable[[], T]) -> T:
-  """``read()`` inside ``reading(prefix)``, tried again after each of read_retry_delays() while
-  it fails without proof of damage (e.g. a cloud bucket's 503): CorruptCheckpointError at
-  once, CheckpointUnavailableError (saying how often it was tried) if every try failed."""
+def read_retried(path: str, read: Callable[[], T], what: str = "checkpoint") -> T:
+  """``read()``, tried again after each of read_retry_delays() while it fails without proof of
+  damage (e.g. a cloud bucket's 503): CorruptCheckpointError at once, CheckpointUnavailableError
+  (naming ``what`` and ``path``, the error, and how often it was tried) if every try failed.
+  The one way this package reads a checkpoint or lists a model folder on a run's start, resume
+  or initialisation, so a transient error never passes for an absent or damaged file."""
   delays = read_retry_delays()
   for delay in delays:
     try:
-      with reading(prefix):
+      with _reading(path, what):
         return read()
     except CheckpointUnavailableError:
       time.sleep(delay)
   try:
-    with reading(prefix):
+    with _reading(path, what):
       return read()
   except CheckpointUnavailableError as e:
     if not delays:
@@ -152,6 +156,28 @@ def read_retried(prefix: str, read: Callable[[], T]) -> T:
     tries = f"{len(delays) + 1} tries over {sum(delays):g} s"
     message = str(e).replace(" could not be read (", f" could not be read in {tries} (", 1)
     raise CheckpointUnavailableError(message) from None
+
+
+def _is_folder(path: str) -> bool:
+  """tf.io.gfile.isdir, but a read error raises (isdir answers False for a 503 too)."""
+  try:
+    return tf.io.gfile.stat(path).is_directory
+  except (tf.errors.NotFoundError, tf.errors.FailedPreconditionError):  # no such path, or a
+    return False  # file on the way to it
+
+
+def list_folder(folder: str) -> list[str] | None:
+  """The names in ``folder`` (no trailing ``/``), or None when there is no such folder; read
+  with read_retried. tf.io.gfile.listdir says NotFound for any failure of its own is-a-folder
+  test: a folder that is there after all makes that a read error (retried), not an absence."""
+  def names() -> list[str] | None:
+    try:
+      return [n.rstrip("/") for n in tf.io.gfile.listdir(folder)]
+    except tf.errors.NotFoundError:
+      if _is_folder(folder):
+        raise
+      return None
+  return read_retried(folder, names, what="folder")
 
 
 def _refuse_other_hf_model(folder: str) -> None:
@@ -169,25 +195,45 @@ def _refuse_other_hf_model(folder: str) -> None:
 
 
 def resolve_checkpoint(path: str) -> str:
-  """A checkpoint prefix from a prefix or a directory (its latest checkpoint, or model.ckpt)."""
-  if tf.io.gfile.isdir(path):
-    latest = tf.train.latest_checkpoint(path)
-    if latest:
-      return latest
-    for name in ("model.ckpt", "ckpt", "tf1/model.ckpt"):  # tf1/: a convert output folder
-      if tf.io.gfile.exists(os.path.join(path, name + ".index")):
-        return os.path.join(path, name)
-    _refuse_other_hf_model(path)
-    raise FileNotFoundError(f"no checkpoint found in directory {path}")
-  if tf.io.gfile.exists(path + ".index"):
-    return path
-  raise FileNotFoundError(f"checkpoint not found: {path} (no {path}.index)")
+  """A checkpoint prefix from a prefix or a directory (its latest checkpoint, or model.ckpt);
+  read with read_retried."""
+  def resolve() -> str:
+    if _is_folder(path):
+      latest = _latest_in(path)
+      if latest:
+        return latest
+      for name in ("model.ckpt", "ckpt", "tf1/model.ckpt"):  # tf1/: a convert output folder
+        if tf.io.gfile.exists(os.path.join(path, name + ".index")):
+          return os.path.join(path, name)
+      _refuse_other_hf_model(path)
+      raise FileNotFoundError(f"no checkpoint found in directory {path}")
+    if tf.io.gfile.exists(path + ".index"):
+      return path
+    raise FileNotFoundError(f"checkpoint not found: {path} (no {path}.index)")
+  return read_retried(path, resolve)
+
+
+def _latest_in(folder: str) -> str | None:
+  """tf.train.latest_checkpoint(folder), but a read error raises (it answers None for one)."""
+  try:
+    with tf.io.gfile.GFile(os.path.join(folder, "checkpoint")) as f:
+      text = f.read()
+  except tf.errors.NotFoundError:
+    return None
+  state = CheckpointState()
+  try:
+    text_format.Merge(text, state)
+  except text_format.ParseError:
+    return None
+  prefix = state.model_checkpoint_path
+  if prefix and not os.path.isabs(prefix) and "://" not in prefix:
+    prefix = os.path.join(folder, prefix)
+  return prefix if prefix and tf.io.gfile.exists(prefix + ".index") else None
 
 
 def is_tf1_checkpoint(prefix: str) -> bool:
   """True for name-based (TF1 Saver) checkpoints, False for TF2 object-based ones."""
-  with reading(prefix):
-    keys = tf.train.list_variables(prefix)
+  keys = read_retried(prefix, lambda: tf.train.list_variables(prefix))
   return not any(name.startswith("_CHECKPOINTABLE_OBJECT_GRAPH") for name, _ in keys)
 
 
@@ -225,8 +271,7 @@ def load_tf1_checkpoint(variables: Mapping[str, tf.Variable] | Iterable[tf.Varia
   if not isinstance(variables, Mapping):
     variables = variables_by_name(variables)
   prefix = resolve_checkpoint(checkpoint)
-  with reading(prefix):
-    return _load_tf1(variables, prefix, allow_missing, allow_unused)
+  return read_retried(prefix, lambda: _load_tf1(variables, prefix, allow_missing, allow_unused))
 
 
 def _load_tf1(variables: Mapping[str, tf.Variable], prefix: str, allow_missing: bool,
@@ -308,8 +353,8 @@ _TF2_SLOT = re.compile(r"^optimizer/_variables/\d+/|/\.OPTIMIZER_SLOT/optimizer/
 
 def tf2_slot_count(prefix: str) -> int:
   """How many optimizer slot tensors a TF2 (object-based) checkpoint holds (0: model only)."""
-  with reading(prefix):
-    return sum(1 for name, _ in tf.train.list_variables(prefix) if _TF2_SLOT.search(name))
+  keys = read_retried(prefix, lambda: tf.train.list_variables(prefix))
+  return sum(1 for name, _ in keys if _TF2_SLOT.search(name))
 
 
 def restore_optimizer_slots(prefix: str, model: tf.Module, optimizer: object
@@ -327,8 +372,8 @@ def restore_optimizer_slots(prefix: str, model: tf.Module, optimizer: object
     raise ValueError(f"checkpoint {prefix} holds {stored} optimizer slots, this model's "
                      f"{type(optimizer).__name__} has {len(slots)}")
   try:
-    with reading(prefix):
-      status = tf.train.Checkpoint(model=model, optimizer=optimizer).read(prefix)
+    status = read_retried(
+        prefix, lambda: tf.train.Checkpoint(model=model, optimizer=optimizer).read(prefix))
     status.expect_partial().assert_existing_objects_matched()
   except (AssertionError, ValueError, tf.errors.InvalidArgumentError) as e:
     first = (str(e).strip().splitlines() or [type(e).__name__])[0][:160]
@@ -353,14 +398,14 @@ def tf1_slots(prefix: str, slot_names: Iterable[str],
       wanted[name] = variables[match["variable"]]
     else:
       orphans.append(name)
-  with reading(prefix):
+  def read() -> dict[str, np.ndarray]:
     reader = tf.train.load_checkpoint(prefix)
-    values = {}
-    for name, var in wanted.items():
-      values[name] = reader.get_tensor(name)
-      if list(values[name].shape) != var.shape.as_list():
-        raise ValueError(f"shape mismatch for {name}: checkpoint {list(values[name].shape)} vs "
-                         f"its variable {var.shape.as_list()}")
+    return {name: reader.get_tensor(name) for name in wanted}
+  values = read_retried(prefix, read)
+  for name, var in wanted.items():
+    if list(values[name].shape) != var.shape.as_list():
+      raise ValueError(f"shape mismatch for {name}: checkpoint {list(values[name].shape)} vs "
+                       f"its variable {var.shape.as_list()}")
   return values, orphans
 
 

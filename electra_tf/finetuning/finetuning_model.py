@@ -26,7 +26,6 @@ imported only to initialise from a checkpoint, so reading a model directory load
 from __future__ import annotations
 
 import inspect
-import os
 import re
 from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any, NamedTuple
@@ -197,8 +196,8 @@ _TF2_VALUE = "/.ATTRIBUTES/VARIABLE_VALUE"
 
 
 def _tf2_keys(prefix: str) -> list[str]:
-  with checkpoints.reading(prefix):
-    return [k for k, _ in tf.train.list_variables(prefix) if k.endswith(_TF2_VALUE)]
+  keys = checkpoints.read_retried(prefix, lambda: tf.train.list_variables(prefix))
+  return [k for k, _ in keys if k.endswith(_TF2_VALUE)]
 
 
 def load_init_checkpoint(model: FinetuningModel, checkpoint: str | model_source.LoadedModel
@@ -236,8 +235,7 @@ _UNMATCHED = re.compile(r"Found (\d+) Python objects that were not bound.*?<tf\.
 def _restore(root: tf.train.Checkpoint, prefix: str, what: str,
              hint: str = "does the config match the pre-trained model?") -> None:
   try:
-    with checkpoints.reading(prefix):  # unreadable files: "corrupt or truncated"
-      status = root.read(prefix)
+    status = checkpoints.read_retried(prefix, lambda: root.read(prefix))  # damage: "corrupt"
   except checkpoints.CorruptCheckpointError:
     raise
   except (ValueError, tf.errors.InvalidArgumentError) as e:
@@ -266,8 +264,9 @@ def restore_finetuned(model: FinetuningModel, prefix: str) -> None:
 
 def restore_latest(model: FinetuningModel, model_dir: str) -> str | None:
   """``restore_finetuned`` from the newest complete ``ckpt-<N>`` of a fine-tuning run's
-  ``model_dir`` (``training.latest_checkpoint``); returns its prefix, None when it has none."""
-  latest = latest_checkpoint(model_dir) if os.path.isdir(model_dir) else None
+  ``model_dir`` (``training.latest_checkpoint``, listed with retries, any file system);
+  returns its prefix, None when it has none (or there is no such folder)."""
+  latest = latest_checkpoint(model_dir)
   if latest:
     restore_finetuned(model, latest)
   return latest

@@ -75,6 +75,11 @@ def check_init_checkpoint(config: FinetuningConfig) -> None:
                             "to fine-tune from random initialisation") from None
 
 
+def _exists(path: str) -> bool:
+  """tf.io.gfile.exists, a read error retried (checkpoints.read_retried), never taken for no."""
+  return checkpoints.read_retried(path, lambda: tf.io.gfile.exists(path), what="path")
+
+
 def trial_seed(seed: int | None, trial: int) -> int | None:
   """Trial ``trial`` (1-based) uses ``seed + trial - 1``; None stays None."""
   return None if seed is None else seed + trial - 1
@@ -127,8 +132,7 @@ class TrialBook:
     for folder, pattern in ((os.path.dirname(self.config.model_dir) or ".",
                              re.escape(os.path.basename(self.config.model_dir)) + r"_(\d+)"),
                             (f"{self.config.model_dir}_trials", r"trial_(\d+)\.json")):
-      names = [n.rstrip("/") for n in tf.io.gfile.listdir(folder)
-               ] if tf.io.gfile.isdir(folder) else []
+      names = checkpoints.list_folder(folder) or []
       found.update(int(m.group(1)) for m in map(re.compile(pattern).fullmatch, names) if m)
     n = self.config.num_trials
     return sorted(t for t in found if t >= 1 and (n < 0 or t <= n))
@@ -241,16 +245,16 @@ class TrialBook:
     if final_step is not None and step != final_step:
       return f"its newest checkpoint {latest} is at step {step}, not its final step {final_step}"
     tf1 = os.path.join(folder, "tf1", TF1_NAME)
-    if not tf.io.gfile.exists(tf1 + ".index"):
+    if not _exists(tf1 + ".index"):
       return f"its {tf1} is missing"
     problem = checkpoint_files.unusable(tf1)
     if problem:
       return f"its {problem}"
     try:
-      with checkpoints.reading(tf1):
+      def read_step() -> int | None:
         reader = tf.train.load_checkpoint(tf1)
-        tf1_step = (int(reader.get_tensor(GLOBAL_STEP))
-                    if reader.has_tensor(GLOBAL_STEP) else None)
+        return int(reader.get_tensor(GLOBAL_STEP)) if reader.has_tensor(GLOBAL_STEP) else None
+      tf1_step = checkpoints.read_retried(tf1, read_step)
     except checkpoints.CorruptCheckpointError as e:
       return f"its {e}"
     if tf1_step != step:
@@ -280,8 +284,7 @@ class TrialBook:
     atomic_io.remove_leftovers(folder)
     if checkpointing.complete_checkpoints(folder):
       log(f"Resuming trial {trial} from {folder}")
-    elif tf.io.gfile.exists(folder) and not tf.io.gfile.exists(
-        os.path.join(folder, SETTINGS_FILE)):
+    elif _exists(folder) and not _exists(os.path.join(folder, SETTINGS_FILE)):
       atomic_io.remove_tree(folder)  # no checkpoint, no settings: nothing to keep
     tf.io.gfile.makedirs(folder)
     path = os.path.join(folder, SETTINGS_FILE)

@@ -121,16 +121,17 @@ def load_pretraining_weights(model: PretrainingModel, variables: dict[str, tf.Va
   prefix = loaded.prefix
   if loaded.kind == model_source.TF1:
     report = checkpoints.load_tf1_checkpoint(variables, prefix, allow_unused=False)
-    global_step = 0
-    with checkpoints.reading(prefix):
+
+    def read_step() -> int:
       reader = tf.train.load_checkpoint(prefix)
-      if reader.has_tensor(names.GLOBAL_STEP):
-        global_step = int(reader.get_tensor(names.GLOBAL_STEP))
+      return (int(reader.get_tensor(names.GLOBAL_STEP))
+              if reader.has_tensor(names.GLOBAL_STEP) else 0)
+    global_step = checkpoints.read_retried(prefix, read_step)
     console.log(f"TF1 checkpoint {prefix}: {report.summary()}")
     return report, global_step, passed_through_slots(prefix, report, variables)
   step = tf.Variable(0, dtype=tf.int64)
-  with checkpoints.reading(prefix):
-    status = tf.train.Checkpoint(model=model, step=step).read(prefix)
+  status = checkpoints.read_retried(
+      prefix, lambda: tf.train.Checkpoint(model=model, step=step).read(prefix))
   status.expect_partial().assert_existing_objects_matched()
   global_step = int(step.numpy())
   console.log(f"TF2 checkpoint {prefix} restored (step {global_step})")

@@ -198,9 +198,8 @@ def init_from_checkpoint(model: PretrainingModel, optimizer: Any, path: str,
   inner = getattr(optimizer, "inner_optimizer", optimizer)  # float16 loss scaling wrapper
   if source.kind == model_source.TF2:
     global_step = tf.Variable(0, dtype=tf.int64, trainable=False)
-    with checkpoints.reading(prefix):
-      status = tf.train.Checkpoint(model=model, optimizer=optimizer, step=global_step).read(
-          prefix)
+    status = checkpoints.read_retried(prefix, lambda: tf.train.Checkpoint(
+        model=model, optimizer=optimizer, step=global_step).read(prefix))
     try:
       status.assert_existing_objects_matched()
     except AssertionError as e:
@@ -212,15 +211,19 @@ def init_from_checkpoint(model: PretrainingModel, optimizer: Any, path: str,
     log_fn(f"Initialised from {prefix} (TF2) at step {step}")
     return step
   report = checkpoints.load_tf1_checkpoint(model.tf1_variables(), prefix)
-  reader = tf.train.load_checkpoint(prefix)
-  shapes = reader.get_variable_to_shape_map()
-  slots = {k: v for k, v in inner.tf1_slot_variables().items() if k in shapes}
+
+  def read_slots_and_step() -> tuple[dict[str, Any], int]:
+    reader = tf.train.load_checkpoint(prefix)
+    shapes = reader.get_variable_to_shape_map()
+    return ({k: reader.get_tensor(k) for k in inner.tf1_slot_variables() if k in shapes},
+            int(reader.get_tensor("global_step")) if "global_step" in shapes else 0)
+  values, step = checkpoints.read_retried(prefix, read_slots_and_step)
+  slots = {k: v for k, v in inner.tf1_slot_variables().items() if k in values}
   for name, slot in slots.items():
-    if list(shapes[name]) != slot.shape.as_list():
-      raise ValueError(f"shape mismatch for {name}: checkpoint {list(shapes[name])} vs "
+    if list(values[name].shape) != slot.shape.as_list():
+      raise ValueError(f"shape mismatch for {name}: checkpoint {list(values[name].shape)} vs "
                        f"{slot.shape.as_list()}")
-    slot.assign(reader.get_tensor(name))
-  step = int(reader.get_tensor("global_step")) if "global_step" in shapes else 0
+    slot.assign(values[name])
   inner.iterations.assign(step)
   log_fn(f"Initialised from {prefix} (TF1) at step {step}: {report.summary()}; "
          f"{len(slots)} optimizer slots loaded")
@@ -238,16 +241,21 @@ def init_from_checkpoint(model: PretrainingModel, optimizer: Any, path: str,
 
 def checkpoint_step(path: str) -> int | None:
   """The global step stored in a TF1 (``global_step``) or TF2 (``step``) checkpoint, 0 when it
-  has none, None when ``path`` cannot be read."""
+  has none, None when ``path`` holds no checkpoint or a damaged one (a read error that
+  persists raises CheckpointUnavailableError)."""
+  def read_step() -> int:
+    reader = tf.train.load_checkpoint(prefix)
+    shapes = reader.get_variable_to_shape_map()
+    for key in ("global_step", "step/.ATTRIBUTES/VARIABLE_VALUE"):
+      if key in shapes:
+        return int(reader.get_tensor(key))
+    return 0
+
   try:
-    reader = tf.train.load_checkpoint(checkpoints.resolve_checkpoint(path))
-  except (FileNotFoundError, ValueError, tf.errors.OpError):
+    prefix = checkpoints.resolve_checkpoint(path)
+    return checkpoints.read_retried(prefix, read_step)
+  except (FileNotFoundError, ValueError, tf.errors.InvalidArgumentError):
     return None
-  shapes = reader.get_variable_to_shape_map()
-  for key in ("global_step", "step/.ATTRIBUTES/VARIABLE_VALUE"):
-    if key in shapes:
-      return int(reader.get_tensor(key))
-  return 0
 
 
 def consumed_steps(config: PretrainingConfig, start: int,

@@ -307,7 +307,8 @@ def infer_hparams_from_checkpoint(prefix: str) -> tuple[dict[str, Any], str]:
   """
   import tensorflow as tf
 
-  shapes = {name: list(shape) for name, shape in tf.train.list_variables(prefix)}
+  keys = checkpoints.read_retried(prefix, lambda: tf.train.list_variables(prefix))
+  shapes = {name: list(shape) for name, shape in keys}
   if any(name.startswith("_CHECKPOINTABLE_OBJECT_GRAPH") for name in shapes):
     raise ValueError(f"{prefix} is an object-based (TF2) checkpoint; its hparams cannot be "
                      f"inferred: keep {HPARAMS_FILE} beside it or pass --hparams")

@@ -111,8 +111,12 @@ def fingerprint(path: str | None) -> dict[str, str] | None:
           for block in iter(lambda: f.read(1 << 20), b""):
             digest.update(block)
     return {"kind": HUGGING_FACE, "sha256": digest.hexdigest()}
-  with tf.io.gfile.GFile(checkpoints.resolve_checkpoint(path) + ".index", "rb") as f:
-    digest.update(f.read())
+  index = checkpoints.resolve_checkpoint(path) + ".index"
+
+  def read() -> bytes:
+    with tf.io.gfile.GFile(index, "rb") as f:
+      return f.read()
+  digest.update(checkpoints.read_retried(index[:-len(".index")], read))
   return {"kind": "checkpoint", "sha256": digest.hexdigest()}
 
 

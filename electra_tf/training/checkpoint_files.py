@@ -49,12 +49,10 @@ def index_is_whole(index_path: str) -> bool:
 
 def complete_checkpoints(model_dir: str) -> list[str]:
   """Prefixes of this loop's complete `ckpt-<N>` in model_dir (an index ending in its footer,
-  and every data shard), newest first."""
-  try:
-    names = tf.io.gfile.listdir(model_dir)
-  except (tf.errors.NotFoundError, tf.errors.FailedPreconditionError, OSError):
-    return []
-  names = set(names)
+  and every data shard), newest first. The folder is listed with retries
+  (checkpoints.list_folder): a listing that keeps failing raises CheckpointUnavailableError,
+  never passes for an empty folder."""
+  names = set(checkpoints.list_folder(model_dir) or ())
   found = []
   for name in names:
     m = _INDEX_RE.match(name)
@@ -194,17 +192,17 @@ def finish_interrupted(model_dir: str) -> list[str]:
   index while `ckpt-<N>.data-*` are still outside) is finished; an empty set-aside folder
   (killed before its first move) is removed; data files of a step with no index (a kill during
   TensorFlow's own save or cleanup) are deleted: without an index they never load."""
-  try:
-    names = [n.rstrip("/") for n in tf.io.gfile.listdir(model_dir)]
-  except (tf.errors.NotFoundError, tf.errors.FailedPreconditionError):
+  names = checkpoints.list_folder(model_dir)
+  if names is None:
     return []
   notes = []
   for name in sorted(names):
     m = _REJECTED_RE.match(name)
     folder = os.path.join(model_dir, name)
-    if not m or not tf.io.gfile.isdir(folder):
+    listed = checkpoints.list_folder(folder) if m else None  # None: not a folder
+    if listed is None:
       continue
-    inside = set(n.rstrip("/") for n in tf.io.gfile.listdir(folder))
+    inside = set(listed)
     if not inside:
       tf.io.gfile.rmtree(folder)
       notes.append(f"Removed {folder}, an empty folder left by an interrupted set-aside")
@@ -213,7 +211,7 @@ def finish_interrupted(model_dir: str) -> list[str]:
       _move_rest(os.path.join(model_dir, m.group(1)), folder)
       notes.append(f"Finished setting {os.path.join(model_dir, m.group(1))} aside into "
                    f"{folder} (interrupted earlier)")
-      names = [n.rstrip("/") for n in tf.io.gfile.listdir(model_dir)]
+      names = checkpoints.list_folder(model_dir) or []
   complete = {os.path.basename(p) for p in complete_checkpoints(model_dir)}
   for name in sorted(names):
     m = _DATA_RE.match(name)

@@ -18,7 +18,7 @@ from collections.abc import Callable
 
 import tensorflow as tf
 
-from electra_tf import folder_lock
+from electra_tf import checkpoints, folder_lock
 from electra_tf.training.checkpointing import complete_checkpoints
 
 WAIT_SECONDS = 600.0  # for the chief to start and move the folder
@@ -43,8 +43,9 @@ def is_chief(tf_config: str | None = None) -> bool:
 
 def holds_run(model_dir: str) -> bool:
   """Whether model_dir holds a run to move aside: a complete checkpoint or a state file."""
-  return bool(complete_checkpoints(model_dir)) or tf.io.gfile.exists(
-      os.path.join(model_dir, "checkpoint"))
+  state_file = os.path.join(model_dir, "checkpoint")
+  return bool(complete_checkpoints(model_dir)) or checkpoints.read_retried(
+      state_file, lambda: tf.io.gfile.exists(state_file), what="checkpoint state file")
 
 
 def move_aside(model_dir: str) -> str | None:

@@ -1,39 +1,51 @@
-"""Transient checkpoint read errors, as a cloud bucket gives them: a 503 on `Checkpoint.restore`,
-around a script run in a real subprocess:
+"""Transient checkpoint read errors, as a cloud bucket gives them: a 503 on `Checkpoint.restore`
+(or another TensorFlow read function), around a script run in a real subprocess:
 
-    python tests/helpers/read_faults.py N SCRIPT [ARGS...]
+    python tests/helpers/read_faults.py N[:FUNCTION] SCRIPT [ARGS...]
 
-runs SCRIPT as `__main__` with its first N restores (every one if N < 0) raising
-tf.errors.UnavailableError before reading anything.
+runs SCRIPT as `__main__` with the first N calls of FUNCTION (every one if N < 0) raising
+tf.errors.UnavailableError before reading anything. FUNCTION is a dotted name under `tf`
+(default `train.Checkpoint.restore`; e.g. `train.list_variables`, `io.gfile.listdir`).
 """
 
 from __future__ import annotations
 
+import functools
 import runpy
 import sys
+from collections.abc import Callable
 
 MESSAGE = "HTTP 503 Service Unavailable (simulated)"
+RESTORE = "train.Checkpoint.restore"
 
 
-def install(failures: int) -> list[str]:
-  """Makes the first `failures` calls of tf.train.Checkpoint.restore (all if < 0) raise a 503;
-  returns the list of prefixes each call was given (it grows as they come)."""
+def install(failures: int, function: str = RESTORE,
+            patch: Callable[[object, str, object], None] = setattr) -> list[str]:
+  """Makes the first `failures` calls of `tf.<function>` (all if < 0) raise a 503; returns the
+  list of paths each call was given (the first argument; for a method, the one after `self`,
+  else its object's name), growing as they come. `patch`: how to replace it (a test's
+  monkeypatch.setattr undoes it)."""
   import tensorflow as tf
 
-  original = tf.train.Checkpoint.restore
+  *owner_path, name = function.split(".")
+  owner = functools.reduce(getattr, owner_path, tf)
+  original = getattr(owner, name)
   calls: list[str] = []
+  method = isinstance(owner, type)
 
-  def restore(self, save_path, *args, **kwargs):
-    calls.append(str(save_path))
+  def failing(*args, **kwargs):
+    calls.append(str(args[0] if not method else args[1] if len(args) > 1
+                     else getattr(args[0], "name", "")))  # GFile.read(): the file's name
     if failures < 0 or len(calls) <= failures:
       raise tf.errors.UnavailableError(None, None, MESSAGE)
-    return original(self, save_path, *args, **kwargs)
+    return original(*args, **kwargs)
 
-  tf.train.Checkpoint.restore = restore
+  patch(owner, name, failing)
   return calls
 
 
 if __name__ == "__main__":
-  install(int(sys.argv[1]))
+  count, _, target = sys.argv[1].partition(":")
+  install(int(count), target or RESTORE)
   sys.argv = sys.argv[2:]
   runpy.run_path(sys.argv[0], run_name="__main__")

@@ -8,16 +8,18 @@ import pathlib
 import shutil
 import subprocess
 import sys
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 
 from helpers import pretrain_data
 from helpers.paths import REPO_ROOT
 
 
 def rte_run(data_dir: pathlib.Path, vocab_file: str, tmp_path: pathlib.Path,
-            env: Mapping[str, str], **hparams) -> Callable[[], subprocess.Popen]:
+            env: Mapping[str, str], wrapper: Sequence[str] = (),
+            **hparams) -> Callable[[], subprocess.Popen]:
   """Writes `<tmp_path>/finetuning_data/rte/` and returns a function starting the run (model
-  `m` in `<tmp_path>/models/m/`, stdout and stderr merged); `hparams` override the defaults."""
+  `m` in `<tmp_path>/models/m/`, stdout and stderr merged); `hparams` override the defaults.
+  `wrapper`: a script (and its arguments) that runs run_finetuning.py, e.g. read_faults.py."""
   task_dir = tmp_path / "finetuning_data" / "rte"
   task_dir.mkdir(parents=True)
   for split in ("train", "dev"):
@@ -30,8 +32,8 @@ def rte_run(data_dir: pathlib.Path, vocab_file: str, tmp_path: pathlib.Path,
 
   def start() -> subprocess.Popen:
     return subprocess.Popen(
-        [sys.executable, str(REPO_ROOT / "run_finetuning.py"), "--data_dir", str(tmp_path),
-         "--model_name", "m", "--hparams", json.dumps(hparams)],
+        [sys.executable, *wrapper, str(REPO_ROOT / "run_finetuning.py"), "--data_dir",
+         str(tmp_path), "--model_name", "m", "--hparams", json.dumps(hparams)],
         cwd=REPO_ROOT, env=dict(env), stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
         text=True)
 
