@@ -10,10 +10,14 @@ peak resident memory (VmHWM):
   32, and the int8 ``.tflite`` likewise (LiteRT runs one row per call whatever
   ``--batch_size``; the batch printed is the one predict says it ran);
 - memory: the int8 ``.tflite`` on ``--rows`` rows (default 1,000,000) and on a tenth of them.
-  The last line is the ratio of the two peaks: streaming keeps it near 1.
+  The ratio of the two peaks is printed: streaming keeps it near 1;
+- CoNLL memory: the golden lane's tiny chunk tagging head (int8 ``.tflite``) on a CoNLL file of
+  ``--conll_sentences`` unlabelled sentences (default 200,000, 8 words each; 0 skips it) and on
+  a tenth of them, and the ratio of the two peaks. Unlabelled, so that no scorer keeps a row:
+  the peaks are those of reading, checking, predicting and writing.
 
   nice -n 10 python benchmarks/bench_predict.py [--rows=1000000] [--speed_rows=20000] \
-      [--work_dir=/tmp/bench_predict]
+      [--conll_sentences=200000] [--tables=false] [--work_dir=/tmp/bench_predict]
 """
 
 from __future__ import annotations
@@ -33,6 +37,8 @@ from absl import app, flags  # noqa: E402
 
 flags.DEFINE_integer("rows", 1_000_000, "Rows of the memory run's CSV.")
 flags.DEFINE_integer("speed_rows", 20_000, "Rows of the speed runs' CSV.")
+flags.DEFINE_integer("conll_sentences", 200_000, "Sentences of the CoNLL memory run (0: none).")
+flags.DEFINE_bool("tables", True, "Run the CSV speed and memory runs.")
 flags.DEFINE_string("work_dir", "/tmp/bench_predict", "The model and CSV are kept here.")
 FLAGS = flags.FLAGS
 PAIRS = [("A man is playing a flute.", "A man plays the flute.", "entailment"),
@@ -46,6 +52,15 @@ def _rows(path: pathlib.Path, n: int) -> pathlib.Path:
       for i in range(n):
         a, b, label = PAIRS[i % 2]
         f.write(f"{a} ({i}),{b},{label}\n")
+  return path
+
+
+def _conll(path: pathlib.Path, n: int) -> pathlib.Path:
+  """``n`` unlabelled CoNLL sentences (one word a line, a blank line after each)."""
+  if not path.exists():
+    with open(path, "w", encoding="utf-8") as f:
+      for i in range(n):
+        f.write(f"The\ncat\nsat\non\nthe\nmat\nnumber\n{i}\n\n")
   return path
 
 
@@ -72,17 +87,8 @@ def _run(model: pathlib.Path, rows: pathlib.Path, batch: int) -> tuple[float, fl
   return float(speed.group(1)), int(peak.group(1)) / 1024, speed.group(2)
 
 
-def main(argv: list[str]) -> None:
-  del argv
-  work = pathlib.Path(FLAGS.work_dir)
-  export = work / "tiny" / "export"
-  if not (export / "litert" / "int8.tflite").exists():
-    from helpers import tiny_litert
-
-    tiny_litert.build(work / "tiny")
+def _tables(work: pathlib.Path, export: pathlib.Path) -> None:
   speed_rows = _rows(work / f"rows_{FLAGS.speed_rows}.csv", FLAGS.speed_rows)
-  print(f"predict on labelled CSV rows (tiny RTE model, sequence 64), {os.cpu_count()} CPUs, "
-        f"load average {os.getloadavg()[0]:.1f}")
   for name, model in (("SavedModel", export / "saved_model"),
                       ("int8 .tflite", export / "litert" / "int8.tflite")):
     for batch in (1, 32):
@@ -97,6 +103,38 @@ def main(argv: list[str]) -> None:
   small, big = FLAGS.rows // 10, FLAGS.rows
   print(f"int8 .tflite peak memory, {big} rows vs {small}: {peaks[big]:.1f} / "
         f"{peaks[small]:.1f} MB = ratio {peaks[big] / peaks[small]:.2f}")
+
+
+def _conll_runs(work: pathlib.Path, model: pathlib.Path) -> None:
+  peaks = {}
+  small, big = FLAGS.conll_sentences // 10, FLAGS.conll_sentences
+  for n in (small, big):
+    speed, peaks[n], _ = _run(model, _conll(work / f"sentences_{n}.conll", n), 32)
+    print(f"int8 .tflite (chunk), CoNLL {n} sentences: {speed:8.1f} rows/s, peak memory "
+          f"{peaks[n]:.1f} MB")
+  print(f"int8 .tflite (chunk) peak memory, CoNLL {big} sentences vs {small}: "
+        f"{peaks[big]:.1f} / {peaks[small]:.1f} MB = ratio {peaks[big] / peaks[small]:.2f}")
+
+
+def main(argv: list[str]) -> None:
+  del argv
+  from helpers import tiny_litert
+
+  work = pathlib.Path(FLAGS.work_dir)
+  export = work / "tiny" / "export"
+  chunk = work / "tiny_chunk" / "export"
+  print(f"predict (tiny models, sequence 64), {os.cpu_count()} CPUs, load average "
+        f"{os.getloadavg()[0]:.1f}")
+  if FLAGS.tables:
+    if not (export / "litert" / "int8.tflite").exists():
+      tiny_litert.build(work / "tiny")
+    print("labelled CSV rows, RTE head:")
+    _tables(work, export)
+  if FLAGS.conll_sentences:
+    if not (chunk / "litert" / "int8.tflite").exists():
+      tiny_litert.build(work / "tiny_chunk", ("chunk",))
+    _conll_runs(work, chunk / "litert" / "int8.tflite")
+
 
 if __name__ == "__main__":
   app.run(main)

@@ -174,3 +174,49 @@ def test_sigint_midway_leaves_no_output(export, tmp_path):
   proc.communicate(timeout=60)
   assert proc.returncode != 0 and staged
   assert sorted(os.listdir(tmp_path)) == ["rows.txt"]
+
+
+CHUNK = {"name": "chunk", "kind": "tagging", "labels": ["B-NP", "E-NP", "O", "S-NP"],
+         "spans": True, "scorer": "scorers.EntityLevelF1Scorer"}
+
+
+def _sentence(i, name):
+  words, tags = ["The", f"cat{i}", "sat"], ["B-NP", "I-NP", "O"]
+  if name.endswith(".jsonl"):
+    return json.dumps({"tokens": words, "tags": tags}) + "\n"
+  return "".join(f"{w} NN {t}\n" for w, t in zip(words, tags, strict=True)) + "\n"
+
+
+@pytest.mark.parametrize("name", ["rows.conll", "rows.jsonl"])
+def test_tagged_files_are_read_as_they_go(tmp_path, name):
+  """A sentence appended after the first row was handed out is read: the file was not read
+  whole (its 3000 sentences are far more than one read buffer)."""
+  path = tmp_path / name
+  path.write_text("".join(_sentence(i, name) for i in range(3000)), encoding="utf-8")
+  found = prediction_rows.check_rows(str(path), CHUNK, {})
+  assert (found.rows, found.labelled, found.tagged) == (3000, 3000, True)
+  rows = prediction_rows.iter_rows(str(path), CHUNK, {}, found.tagged)
+  assert next(rows).words == ["The", "cat0", "sat"]
+  with open(path, "a", encoding="utf-8") as f:
+    f.write(_sentence("_late", name))
+  rest = list(rows)
+  assert len(rest) == 3000 and rest[-1].words == ["The", "cat_late", "sat"]
+  assert rest[-1].label == ["B-NP", "I-NP", "O"]
+
+
+def test_tagged_file_checks_name_the_line(tmp_path):
+  """Every sentence is checked before any model loads: an unknown tag in the last one is one
+  line naming its first line; a word without a tag reads the whole file without tags."""
+  path = tmp_path / "rows.conll"
+  path.write_text("".join(_sentence(i, ".conll") for i in range(50)) + "A NN B-VP\n",
+                  encoding="utf-8")
+  with pytest.raises(ValueError) as err:
+    prediction_rows.check_rows(str(path), CHUNK, {})
+  assert str(err.value).startswith(f"{path}:201: unknown tag 'S-VP' (the model's tags: ")
+  path.write_text(_sentence(0, ".conll") + "".join(_sentence(i, ".conll") + "bare\n\n"
+                                                   for i in range(1, 3)), encoding="utf-8")
+  found = prediction_rows.check_rows(str(path), CHUNK, {})
+  assert (found.rows, found.labelled, found.tagged, found.fields) == (5, 0, False, ["words"])
+  rows = list(prediction_rows.iter_rows(str(path), CHUNK, {}, found.tagged))
+  assert [r.line for r in rows] == [1, 5, 9, 11, 15] and {r.label for r in rows} == {None}
+  assert prediction_rows.check_rows(str(path), CHUNK, {}, max_rows=2).tagged is True

@@ -177,7 +177,7 @@ def main(argv: list[str]) -> None:
   prediction_output.output_columns(spec.definition, found.fields, output)
   predictor = load(spec, f.threads)
   shown: list[str] = []
-  rows = prediction_rows.iter_rows(f.input, spec.definition, given)
+  rows = prediction_rows.iter_rows(f.input, spec.definition, given, found.tagged)
   with prediction_output.staged_writer(output, spec.definition, found.fields) as write:
     def write_and_show(row, prediction):
       write(row, prediction)

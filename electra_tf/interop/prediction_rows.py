@@ -12,23 +12,30 @@ Input formats (by extension):
   ``.txt`` whose first lines have 2 to 4 fields is read so too), or ``.jsonl`` with token and
   tag lists (``tokens`` / ``tags``, or task.json's). Tags are read when every word has one.
 
-Tables and text files are read a row at a time (``iter_rows``), so a file of any size takes
-the memory of one batch; CoNLL and tagged JSONL files are read whole. ``check_rows`` reads the
-file once before any model loads: a missing column, a blank or unknown label, or no row at all
-is a one-line error naming the file and the line.
+Every format is read a row (a sentence) at a time (``iter_rows``), so a file of any size takes
+the memory of one batch. ``check_rows`` reads the file once before any model loads, keeping no
+row (a CoNLL or tagged JSONL file with a word without a tag: up to that word, then again
+without tags): a missing column, a blank or unknown label, or no row at all is a one-line
+error naming the file and the line.
 """
 
 from __future__ import annotations
 
 import csv
 import dataclasses
+import itertools
 import json
 import os
 from collections.abc import Iterator, Mapping
 from typing import Any
 
 from electra_tf.finetuning.task_base import DataError, data_error
-from electra_tf.finetuning.user.records import iter_json_lines, read_conll, read_tagged_jsonl
+from electra_tf.finetuning.user.records import (
+  TaggedSentence,
+  iter_conll,
+  iter_json_lines,
+  iter_tagged_jsonl,
+)
 from electra_tf.interop import task_outputs
 
 TABLES = (".csv", ".tsv", ".jsonl")
@@ -76,18 +83,30 @@ def _text_rows(path: str, tagging: bool) -> Iterator[Row]:
         yield Row(line_num, count, text_a=a, text_b=b or None, fields=fields)
 
 
-def _tagged_rows(path: str, cols: Mapping[str, Any]) -> Iterator[Row]:
-  """Sentences with their tags when every word has one, else without."""
-  def read(tagged: bool):
-    if path.endswith(".jsonl"):
-      return read_tagged_jsonl(path, str(cols["text_a"]), str(cols["label"]),
-                               None if cols["id"] is None else str(cols["id"]), tagged)
-    return read_conll(path, tagged)
+def _sentences(path: str, cols: Mapping[str, Any], tagged: bool
+               ) -> Iterator[TaggedSentence]:
+  if path.endswith(".jsonl"):
+    return iter_tagged_jsonl(path, str(cols["text_a"]), str(cols["label"]),
+                             None if cols["id"] is None else str(cols["id"]), tagged)
+  return iter_conll(path, tagged)
+
+
+def _has_tags(path: str, cols: Mapping[str, Any]) -> bool:
+  """Whether every word of a tagged file has a tag: the file read once, nothing kept."""
   try:
-    sentences = read(True)
+    for _ in _sentences(path, cols, True):
+      pass
   except DataError:
-    sentences = read(False)
-  for i, s in enumerate(sentences):
+    return False
+  return True
+
+
+def _tagged_rows(path: str, cols: Mapping[str, Any], tagged: bool | None) -> Iterator[Row]:
+  """Sentences, read as they go, with their tags when every word of the file has one (``tagged``
+  None: found by reading the file once first), else without."""
+  if tagged is None:
+    tagged = _has_tags(path, cols)
+  for i, s in enumerate(_sentences(path, cols, tagged)):
     fields = {**({"id": s.id} if s.id is not None else {}), "words": s.words,
               **({"tags": s.tags} if s.tags is not None else {})}
     yield Row(s.line, s.id if s.id is not None else i, words=s.words, label=s.tags,
@@ -179,15 +198,24 @@ def check_input(path: str) -> None:
                      ".tsv, .jsonl; tagging also .conll)")
 
 
-def iter_rows(path: str, definition: Mapping[str, Any], given: Mapping[str, Any]
-              ) -> Iterator[Row]:
-  """The rows of ``path`` for the task ``definition`` (see the module docstring), one at a
-  time; a bad file or row is a one-line error naming it (and the line)."""
+def _is_tagged_file(path: str, definition: Mapping[str, Any]) -> bool:
+  """A file of sentences (CoNLL or tagged JSONL) rather than of texts."""
+  ext = os.path.splitext(path)[1]
+  return definition["kind"] == "tagging" and (
+      ext in (".conll", ".jsonl") or ext == ".txt" and _looks_conll(path))
+
+
+def iter_rows(path: str, definition: Mapping[str, Any], given: Mapping[str, Any],
+              tagged: bool | None = None) -> Iterator[Row]:
+  """The rows of ``path`` for the task ``definition`` (see the module docstring), read one at
+  a time; a bad file or row is a one-line error naming it (and the line). ``tagged``: whether
+  a CoNLL or tagged JSONL file's tags are read (``check_rows`` found it; None: the file is read
+  once first to find it)."""
   check_input(path)
   cols = columns(definition, given)
   kind, ext = definition["kind"], os.path.splitext(path)[1]
-  if kind == "tagging" and (ext in (".conll", ".jsonl") or ext == ".txt" and _looks_conll(path)):
-    return _tagged_rows(path, cols)
+  if _is_tagged_file(path, definition):
+    return _tagged_rows(path, cols, tagged)
   if ext == ".txt":
     return _text_rows(path, kind == "tagging")
   if ext == ".jsonl":
@@ -228,18 +256,15 @@ class RowCheck:
   labelled: int
   first: Row
   fields: list[str]  # the input's columns: every row's, in first-seen order
+  tagged: bool | None = None  # a CoNLL or tagged JSONL file: its tags read (iter_rows)
 
 
-def check_rows(path: str, definition: Mapping[str, Any], given: Mapping[str, Any],
-               max_rows: int | None = None) -> RowCheck:
-  """Reads ``path`` once (the first ``max_rows``) and checks every row, before any model
-  loads: columns, texts and labels (a labelled file's labels all known to the model)."""
+def _check(path: str, definition: Mapping[str, Any], given: Mapping[str, Any],
+           max_rows: int | None, tagged: bool | None) -> RowCheck:
   rows = labelled = 0
   first = None
   fields: dict[str, None] = {}
-  for row in iter_rows(path, definition, given):
-    if max_rows and rows >= max_rows:
-      break
+  for row in itertools.islice(iter_rows(path, definition, given, tagged), max_rows or None):
     first = first or row
     fields.update(dict.fromkeys(row.fields))
     if row.label is not None:
@@ -248,7 +273,21 @@ def check_rows(path: str, definition: Mapping[str, Any], given: Mapping[str, Any
     rows += 1
   if first is None:
     raise ValueError(f"{path}: no rows to predict")
-  return RowCheck(rows, labelled, first, list(fields))
+  return RowCheck(rows, labelled, first, list(fields), tagged)
+
+
+def check_rows(path: str, definition: Mapping[str, Any], given: Mapping[str, Any],
+               max_rows: int | None = None) -> RowCheck:
+  """Reads ``path`` once (the first ``max_rows``), keeping no row, and checks every row before
+  any model loads: columns, texts and labels (a labelled file's labels all known to the
+  model). A CoNLL or tagged JSONL file is read with its tags; from its first word without one
+  on (among the rows read), read again without them (``RowCheck.tagged``)."""
+  if not _is_tagged_file(path, definition):
+    return _check(path, definition, given, max_rows, None)
+  try:
+    return _check(path, definition, given, max_rows, True)
+  except DataError:  # a word without a tag: the file's tags are not read (an error in the
+    return _check(path, definition, given, max_rows, False)  # words is raised again here)
 
 
 def _looks_conll(path: str) -> bool:

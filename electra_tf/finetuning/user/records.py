@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import csv
 import dataclasses
+import itertools
 import json
 import os
 from collections.abc import Iterator, Mapping
@@ -163,29 +164,22 @@ class TaggedSentence:
   id: Any = None
 
 
-def read_conll(path: str, require_tags: bool, max_sentences: int | None = None
-               ) -> list[TaggedSentence]:
-  """CoNLL sentences: first field the word, last field the tag (official rules).
+def iter_conll(path: str, require_tags: bool) -> Iterator[TaggedSentence]:
+  """CoNLL sentences, read as they go: first field the word, last field the tag (official
+  rules).
 
   Without ``require_tags`` (test files) a line may be a bare word; tags are then dropped.
   """
-  sentences: list[TaggedSentence] = []
   words: list[str] = []
   tags: list[str] = []
   first_line = 0
-
-  def close():
-    sentences.append(TaggedSentence(words, tags if require_tags else None, first_line))
-
   with open(path, encoding="utf-8-sig") as f:
     for line_num, line in enumerate(f, start=1):
       fields = line.strip().split()
       if not fields:
         if words:
-          close()
+          yield TaggedSentence(words, tags if require_tags else None, first_line)
           words, tags = [], []
-          if max_sentences and len(sentences) >= max_sentences:
-            return sentences
         continue
       if fields[0] == "-DOCSTART-":
         continue
@@ -197,16 +191,20 @@ def read_conll(path: str, require_tags: bool, max_sentences: int | None = None
       words.append(fields[0])
       tags.append(fields[-1])
   if words:
-    close()
-  return sentences
+    yield TaggedSentence(words, tags if require_tags else None, first_line)
 
 
-def read_tagged_jsonl(path: str, tokens_key: str, tags_key: str, id_key: str | None,
-                      require_tags: bool, max_sentences: int | None = None
-                      ) -> list[TaggedSentence]:
-  """``{"tokens": [...], "tags": [...]}`` lines (the keys as ``task.json`` names them)."""
-  sentences = []
-  for line, row in _read_json_lines(path, max_sentences):
+def read_conll(path: str, require_tags: bool, max_sentences: int | None = None
+               ) -> list[TaggedSentence]:
+  """The first ``max_sentences`` (all if None) sentences of ``iter_conll``."""
+  return list(itertools.islice(iter_conll(path, require_tags), max_sentences or None))
+
+
+def iter_tagged_jsonl(path: str, tokens_key: str, tags_key: str, id_key: str | None,
+                      require_tags: bool) -> Iterator[TaggedSentence]:
+  """``{"tokens": [...], "tags": [...]}`` lines (the keys as ``task.json`` names them), read
+  as they go."""
+  for line, row in iter_json_lines(path):
     words = row.get(tokens_key)
     if not isinstance(words, list) or not words or not all(
         isinstance(w, str) and w.strip() for w in words):
@@ -220,6 +218,13 @@ def read_tagged_jsonl(path: str, tokens_key: str, tags_key: str, id_key: str | N
                        line)
     elif len(tags) != len(words):
       raise data_error(path, f"{len(words)} words but {len(tags)} tags", line)
-    sentences.append(TaggedSentence(list(words), list(tags) if require_tags else None, line,
-                                    row.get(id_key) if id_key else None))
-  return sentences
+    yield TaggedSentence(list(words), list(tags) if require_tags else None, line,
+                         row.get(id_key) if id_key else None)
+
+
+def read_tagged_jsonl(path: str, tokens_key: str, tags_key: str, id_key: str | None,
+                      require_tags: bool, max_sentences: int | None = None
+                      ) -> list[TaggedSentence]:
+  """The first ``max_sentences`` (all if None) sentences of ``iter_tagged_jsonl``."""
+  return list(itertools.islice(
+      iter_tagged_jsonl(path, tokens_key, tags_key, id_key, require_tags), max_sentences or None))
