@@ -237,6 +237,7 @@ def test_reruns_with_other_flags_do_what_the_flags_say(data_dir, vocab_file, tmp
 
   def run(**more):
     hparams = {**HPARAMS, "vocab_file": vocab_file, "num_train_epochs": 1.0,
+               "model_hparam_overrides": {"hidden_size": 32, "num_hidden_layers": 1},
                "task_names": ["movie_reviews"], "n_writes_test": 1, **more}
     results = run_finetuning(FinetuningConfig("m", str(tmp_path), **hparams))
     log = capsys.readouterr().out
