@@ -103,6 +103,14 @@ def vocab_file():
   return str(GOLDEN / "vocab.txt")
 
 
+@pytest.fixture(scope="session")
+def tiny_litert_export(tmp_path_factory):
+  """helpers.tiny_litert's export, built once for the tests that only read it."""
+  from helpers import tiny_litert
+
+  return tiny_litert.build(tmp_path_factory.mktemp("tiny_litert"))
+
+
 @pytest.fixture(autouse=True)
 def grappler_options():
   """Each test starts with the process's grappler options (gradient accumulation changes them)."""

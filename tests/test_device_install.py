@@ -29,8 +29,8 @@ def _package_copy(dest):
 
 
 @pytest.mark.slow  # 38 s to 77 s here under load: the venv and the install
-def test_device_extra_installs_light_and_predicts_with_tflite(tmp_path):
-  export = tiny_litert.build(tmp_path / "tiny")
+def test_device_extra_installs_light_and_predicts_with_tflite(tiny_litert_export, tmp_path):
+  export = tiny_litert_export
   venv = tmp_path / "venv"
   subprocess.run([sys.executable, "-m", "venv", str(venv)], check=True)
   install = subprocess.run(

@@ -25,8 +25,8 @@ BLOCK_TF = ("import sys; sys.modules['tensorflow'] = None; sys.modules['tf_keras
 
 
 @pytest.fixture(scope="module")
-def export(tmp_path_factory):
-  return tiny_litert.build(tmp_path_factory.mktemp("tiny_litert"))
+def export(tiny_litert_export):
+  return tiny_litert_export
 
 
 @pytest.fixture(scope="module")
