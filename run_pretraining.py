@@ -106,13 +106,16 @@ def define_flags() -> None:
 
 def main(argv: Sequence[str]) -> None:
   data_dir, model_name = data_dir_and_model_name(list(argv))
+  from electra_tf import folder_lock
   from electra_tf.config import load_hparams
   from electra_tf.reading.model_source import pretraining_config
+  from electra_tf.training import restart
 
+  model_dir = os.path.join(data_dir, "models", model_name)
+  if restart.is_chief():  # a second run on the folder: refused in its first line
+    folder_lock.check_free(model_dir)
   if FLAGS.restart:  # before the config, which reads the old model's hparams.json
-    from electra_tf.training import restart
-
-    restart.restart(os.path.join(data_dir, "models", model_name), log)
+    restart.restart(model_dir, log)
 
   # hparams first: their errors need no model building
   config = pretraining_config(model_name, data_dir, load_hparams(FLAGS.hparams), console.log)

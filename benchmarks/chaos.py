@@ -72,6 +72,7 @@ import tempfile
 import threading
 import time
 
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))  # electra_tf
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
 
@@ -371,6 +372,8 @@ def main() -> int:
   p.add_argument("--work_dir", default=None, help="default: a temporary folder")
   p.add_argument("--keep", action="store_true", help="keep the work folder (kept on failure)")
   args = p.parse_args()
+  if args.trials < 1 or args.jobs < 1:
+    p.error(f"--trials and --jobs must be at least 1 (got {args.trials}, {args.jobs})")
   missing = runs.check_hooks()
   if missing:  # the runs would reach less than the harness says: stop before any run
     sys.exit(f"chaos: {'; '.join(missing)}; update HOOKS in "

@@ -227,8 +227,7 @@ def acquire(folder: str) -> str | None:
     if holder.get("host") != socket.gethostname():
       raise _foreign(folder, path, holder)
     if _alive_here(holder):
-      raise FolderLockedError(f"{folder} is in use by another run ({_describe(holder)}); wait "
-                              "for it to end or stop it")
+      raise _in_use(folder, holder)
     if _take_over(path, raw):
       _hold(path)
       return (f"Took over the lock {path} of a run that ended without releasing it "
@@ -238,6 +237,28 @@ def acquire(folder: str) -> str | None:
   raise FolderLockedError(f"{folder}: the lock {busy} stayed unreadable or busy for "
                           f"{_TRIES * 0.05:.0f} s; if no other run uses the folder, clear it with "
                           f"`rm {busy}` and rerun")
+
+
+def check_free(folder: str) -> None:
+  """Raises the FolderLockedError ``acquire`` would raise when another run holds `folder`'s
+  lock (alive on this host, or on another host); reads only. A run calls it before it prints
+  anything, so that a second run is refused in its first line; ``acquire`` still takes the
+  lock (and decides: a dead holder, a damaged or copied lock are left to it)."""
+  path = os.path.join(folder, LOCK_NAME)
+  holder, _ = _read(path)
+  if holder is None or holder.get("token") == _TOKEN:
+    return
+  if holder.get("folder", _where(path)) != _where(path):  # copied with the folder
+    return
+  if holder.get("host") != socket.gethostname():
+    raise _foreign(folder, path, holder)
+  if _alive_here(holder):
+    raise _in_use(folder, holder)
+
+
+def _in_use(folder: str, holder: dict) -> FolderLockedError:
+  return FolderLockedError(f"{folder} is in use by another run ({_describe(holder)}); wait "
+                           "for it to end or stop it")
 
 
 def _foreign(folder: str, path: str, holder: dict) -> FolderLockedError:
@@ -256,8 +277,7 @@ def _acquire_remote(folder: str, path: str) -> str | None:
     if holder is None or holder.get("host") != socket.gethostname():
       raise _foreign(folder, path, holder or {})
     if _alive_here(holder):
-      raise FolderLockedError(f"{folder} is in use by another run ({_describe(holder)}); wait "
-                              "for it to end or stop it")
+      raise _in_use(folder, holder)
     note = (f"Took over the lock {path} of a run that ended without releasing it "
             f"({_describe(holder)})")
   if raw is None or note:

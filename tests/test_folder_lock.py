@@ -205,3 +205,18 @@ def test_a_lock_a_power_cut_left_unreadable_is_taken_over_with_one_line(tmp_path
     assert json.loads((folder / folder_lock.LOCK_NAME).read_text())["pid"] == os.getpid()
   finally:
     folder_lock.release(str(folder))
+
+
+def test_a_second_pretraining_run_is_refused_in_its_first_line(tmp_path):
+  model_dir = tmp_path / "models" / "m"  # nothing else: the refusal comes before any reading
+  folder_lock.acquire(str(model_dir))  # held by this (live) process
+  try:
+    done = subprocess.run([sys.executable, str(TOY.parents[2] / "run_pretraining.py"),
+                           "--data_dir", str(tmp_path), "--model_name", "m"],
+                          env=ENV, capture_output=True, text=True, timeout=300)
+  finally:
+    folder_lock.release(str(model_dir))
+  lines = (done.stdout + done.stderr).strip().splitlines()
+  assert done.returncode == 1 and len(lines) == 1, lines
+  assert lines[0].startswith(f"run_pretraining.py: error: {model_dir} is in use by another run "
+                             f"(host {socket.gethostname()}, pid {os.getpid()},"), lines

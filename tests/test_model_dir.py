@@ -387,3 +387,22 @@ def test_tasks_json_records_data_relative_to_the_model_folder(tmp_path):
   (moved / "models" / "m" / "tasks.json").write_text(json.dumps(old), encoding="utf-8")
   read = model_tasks.read_tasks(str(moved / "models" / "m"))
   assert read["topic"]["data"] == "/abs/data/topic" and "data" not in read["x"]
+
+
+@pytest.mark.parametrize("damage", [b"", b"\0" * 64, b'{\n  "embedding_size": 1'])
+def test_a_run_resumes_past_an_hparams_json_a_power_cut_cut_short(tmp_path, damage):
+  from electra_tf.reading.model_source import pretraining_config
+
+  home = tmp_path / "models" / "demo"
+  home.mkdir(parents=True)
+  (home / model_dir.HPARAMS_FILE).write_bytes(damage)
+  said = []
+  config = pretraining_config("demo", str(tmp_path), {"embedding_size": 16}, said.append)
+  assert config.embedding_size == 16  # these settings, not the damaged record
+  what = "cut short" if damage else "empty"
+  assert said == [f"{home / model_dir.HPARAMS_FILE} is {what} ({len(damage)} bytes), as a power "
+                  "cut leaves it: the model shape comes from these settings, and the file is "
+                  "written again"]
+  (home / model_dir.HPARAMS_FILE).write_text('{"embedding_size": 16,, "x": 1}')  # a typo
+  with pytest.raises(ValueError, match="cannot read .*hparams.json"):
+    pretraining_config("demo", str(tmp_path), {}, said.append)

@@ -131,6 +131,23 @@ def read_model_hparams(model_dir_or_checkpoint: str) -> dict[str, Any] | None:
   return values
 
 
+def cut_short(path: str) -> int | None:
+  """The size of a JSON file a power cut left empty or cut short (only whitespace or NULs, or
+  JSON that ends before its value does), else None (it reads, is missing, or is broken some
+  other way, e.g. a typo: that stays an error)."""
+  try:
+    with open(path, "rb") as f:
+      raw = f.read()
+  except OSError:
+    return None
+  text = raw.replace(b"\0", b"").decode("utf-8", "replace").strip()
+  try:
+    json.loads(text)
+  except json.JSONDecodeError as e:
+    return len(raw) if e.pos >= len(text) else None
+  return len(raw) if not text else None
+
+
 def _resolved_sizes(values: Mapping[str, Any]) -> dict[str, Any]:
   """The four transformer sizes ``get_bert_config`` derives (before ``debug``)."""
   overrides = values.get("model_hparam_overrides") or {}

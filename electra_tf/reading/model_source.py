@@ -195,6 +195,14 @@ def pretraining_config(model_name: str, data_dir: str, user: Mapping[str, Any],
   # debug + do_train deletes model_dir first (official behaviour): its files do not count
   places = [config.init_checkpoint] if config.debug and config.do_train else [
     config.model_dir, config.init_checkpoint]
+  own = os.path.join(config.model_dir, model_dir.HPARAMS_FILE)
+  size = model_dir.cut_short(own) if config.model_dir in places else None
+  if size is not None:  # a power cut's: the run writes it again before training
+    if log_fn:
+      log_fn(f"{own} is {'cut short' if size else 'empty'} ({size} bytes), as a power cut "
+             "leaves it: the model shape comes from these settings, and the file is written "
+             "again")
+    places.remove(config.model_dir)
   source = _first_description(places, user, "pretraining")
   if not source.message:
     return config
