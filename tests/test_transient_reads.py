@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import hashlib
 import json
-import os
 import pathlib
 import shutil
 import subprocess
@@ -23,14 +22,12 @@ from helpers.paths import GOLDEN, REPO_ROOT
 from electra_tf import checkpoints, folder_lock, training
 from electra_tf.training import checkpoint_files, checkpointing
 
-ENV = {**os.environ, "TF_CPP_MIN_LOG_LEVEL": "3", "CUDA_VISIBLE_DEVICES": "-1",
-       "TF_USE_LEGACY_KERAS": "1", "PYTHONUNBUFFERED": "1",
-       checkpoints.READ_RETRY_ENV: "0,0,0,0"}
+ENV = read_faults.quiet_env()
 
 
 @pytest.fixture(autouse=True)
 def no_waits(monkeypatch):
-  monkeypatch.setattr(checkpoints, "READ_RETRY_DELAYS", (0.0, 0.0, 0.0, 0.0))
+  read_faults.no_waits(monkeypatch)
 
 
 @pytest.fixture(scope="module")

@@ -26,14 +26,12 @@ from electra_tf.finetuning import registry
 from electra_tf.training import checkpoint_files
 
 INIT = GOLDEN / "electra_small_2l"  # an official TF1 pre-training checkpoint at tiny shapes
-ENV = {**os.environ, "TF_CPP_MIN_LOG_LEVEL": "3", "CUDA_VISIBLE_DEVICES": "-1",
-       "TF_USE_LEGACY_KERAS": "1", "PYTHONUNBUFFERED": "1",
-       checkpoints.READ_RETRY_ENV: "0,0,0,0"}
+ENV = read_faults.quiet_env()
 
 
 @pytest.fixture(autouse=True)
 def no_waits(monkeypatch):
-  monkeypatch.setattr(checkpoints, "READ_RETRY_DELAYS", (0.0, 0.0, 0.0, 0.0))
+  read_faults.no_waits(monkeypatch)
 
 
 def _digests(folder: pathlib.Path) -> dict[str, str]:

@@ -17,6 +17,24 @@ from collections.abc import Callable
 
 MESSAGE = "HTTP 503 Service Unavailable (simulated)"
 RESTORE = "train.Checkpoint.restore"
+NO_WAITS = "0,0,0,0"  # checkpoints.READ_RETRY_ENV: retried at once (the tests' runs)
+
+
+def quiet_env() -> dict[str, str]:
+  """The environment of a test's subprocess run: quiet TensorFlow on CPU, retries at once."""
+  import os
+
+  from electra_tf import checkpoints
+
+  return {**os.environ, "TF_CPP_MIN_LOG_LEVEL": "3", "CUDA_VISIBLE_DEVICES": "-1",
+          "TF_USE_LEGACY_KERAS": "1", "PYTHONUNBUFFERED": "1", checkpoints.READ_RETRY_ENV: NO_WAITS}
+
+
+def no_waits(monkeypatch) -> None:
+  """Retries at once in this process (a test's monkeypatch undoes it)."""
+  from electra_tf import checkpoints
+
+  monkeypatch.setattr(checkpoints, "READ_RETRY_DELAYS", (0.0, 0.0, 0.0, 0.0))
 
 
 def install(failures: int, function: str = RESTORE,
