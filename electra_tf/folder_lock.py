@@ -108,7 +108,7 @@ def _alive_here(holder: dict) -> bool:
 
 def _describe(holder: dict) -> str:
   command = str(holder.get("command", "?"))
-  command = command if len(command) <= 100 else command[:97] + "..."
+  command = command if len(command) <= 60 else command[:57] + "..."
   return (f"host {holder.get('host', '?')}, pid {holder.get('pid', '?')}, since "
           f"{holder.get('since', '?')}, command: {command}")
 

@@ -20,8 +20,8 @@ import chaos  # noqa: E402
 import chaos_checks as checks  # noqa: E402
 import chaos_runs as runs  # noqa: E402
 
-SEED = 20  # its 2 trials, plain: pre-training with ENOSPC in an atomic write and a power cut;
-# fine-tuning with a power cut in the feature cache, a write error, a SIGINT in a save
+SEED = 22  # its 2 trials, plain: pre-training with a second run, a power cut in an atomic
+# write (hparams.json emptied) and two SIGINTs; fine-tuning with a SIGINT before a results write
 STATS = {"seconds": 30.0, "restore_t": 10.0,
          "calls": {"ckpt_save": [0.1] * 20, "input_state_save": [0.01] * 20,
                    "restore": [0.001], "results_write": [0.002] * 2}}

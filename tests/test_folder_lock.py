@@ -58,8 +58,8 @@ def test_a_second_run_is_refused_and_a_killed_runs_lock_taken_over(tmp_path):
     second = _toy(model_dir, "--num_train_steps", "5")
     out, err = second.communicate(timeout=300)
     assert second.returncode == 1, (out, err)
-    command = holder["command"]  # its first 97 characters and "..." when longer than 100
-    command = command if len(command) <= 100 else command[:97] + "..."
+    command = holder["command"]  # its first 57 characters and "..." when longer than 60
+    command = command if len(command) <= 60 else command[:57] + "..."
     assert err.splitlines() == [
         f"toy_train.py: error: {model_dir} is in use by another run (host "
         f"{socket.gethostname()}, pid {first.pid}, since {holder['since']}, command: "
