@@ -278,8 +278,8 @@ class _Started:
 
 def _env(kill: dict | None, events: pathlib.Path, tf_config: str | None) -> dict:
   events.unlink(missing_ok=True)
-  env = {**os.environ, "PYTHONUNBUFFERED": "1",
-         ENV: json.dumps({"events": str(events), "kill": kill}),
+  env = {**os.environ, "PYTHONUNBUFFERED": "1", "TF_CPP_MIN_LOG_LEVEL": "3",  # as a user runs
+         ENV: json.dumps({"events": str(events), "kill": kill}),  # them (a test sets 2)
          "PYTHONPATH": os.pathsep.join(filter(None, [str(INJECT), os.environ.get("PYTHONPATH")]))}
   if tf_config:
     env["TF_CONFIG"] = tf_config

@@ -23,9 +23,23 @@ def _interrupted(signum: int, frame: object) -> None:
   os._exit(128 + signum)
 
 
+_unanswered: list[int] = []  # a first Ctrl-C's signal, until its KeyboardInterrupt ends main
+
+
 def _raise_once(signum: int, frame: object) -> None:
   signal.signal(signal.SIGINT, _interrupted)  # a second Ctrl-C: at once
+  _unanswered.append(signum)
   raise KeyboardInterrupt
+
+
+def raise_if_swallowed() -> None:
+  """Raises again the KeyboardInterrupt of a first Ctrl-C that library code caught and dropped
+  (TensorFlow's C++ op dispatch swallows an exception raised inside its isinstance checks, so
+  a run used to go on and train), at the points that ask: before training starts and between
+  fine-tuning's trials."""
+  if _unanswered:
+    _unanswered.clear()
+    raise KeyboardInterrupt
 
 
 def install() -> None:

@@ -35,7 +35,7 @@ from typing import Any
 import tensorflow as tf
 import tf_keras
 
-from electra_tf import atomic_io, checkpoints, folder_lock, training
+from electra_tf import atomic_io, checkpoints, early_interrupt, folder_lock, training
 from electra_tf.config import FinetuningConfig
 from electra_tf.console import error_line, log
 from electra_tf.finetuning import outputs, registry, run_settings
@@ -353,6 +353,7 @@ def run_finetuning(config: FinetuningConfig, strategy: tf.distribute.Strategy | 
   results: list[dict[str, dict[str, float]]] = []
   trial = 1
   while config.num_trials < 0 or trial <= config.num_trials:
+    early_interrupt.raise_if_swallowed()  # a Ctrl-C during the last trial's evaluation
     title = f"model={config.model_name}, trial {trial}/{config.num_trials}"
     record = book.finished(trial) if book is not None else None
     if record is not None:

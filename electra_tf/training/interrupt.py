@@ -32,6 +32,8 @@ from collections.abc import Iterator
 
 import tensorflow as tf
 
+from electra_tf import early_interrupt
+
 SIGNALS = (signal.SIGINT, signal.SIGTERM)
 
 
@@ -76,6 +78,7 @@ class StopRequest:
     if threading.current_thread() is not threading.main_thread():
       yield self
       return
+    early_interrupt.raise_if_swallowed()  # a Ctrl-C before training that nothing acted on
     reader, writer = socket.socketpair()
     writer.setblocking(False)
     previous = {s: signal.getsignal(s) for s in SIGNALS}
