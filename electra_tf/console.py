@@ -51,7 +51,11 @@ _verbose = False  # set by quiet_logs(): whether library logs are shown
 
 def log(message: str = "") -> None:
   """Prints one progress line at once (no buffering, so logs interleave correctly), text and
-  newline in one write: a Ctrl-C never leaves a line unended for the next one to join."""
+  newline in one write: a Ctrl-C never leaves a line unended for the next one to join. A
+  first Ctrl-C that library code swallowed is raised again here, before the line (main
+  thread; see ``early_interrupt.raise_if_swallowed``)."""
+  if threading.current_thread() is threading.main_thread():
+    early_interrupt.raise_if_swallowed()
   print(message + "\n", end="", flush=True)
 
 

@@ -35,8 +35,8 @@ def _raise_once(signum: int, frame: object) -> None:
 def raise_if_swallowed() -> None:
   """Raises again the KeyboardInterrupt of a first Ctrl-C that library code caught and dropped
   (TensorFlow's C++ op dispatch swallows an exception raised inside its isinstance checks, so
-  a run used to go on and train), at the points that ask: before training starts and between
-  fine-tuning's trials."""
+  a run used to go on and train), at the points that ask: every progress line
+  (``console.log``), before training starts and between fine-tuning's trials."""
   if _unanswered:
     _unanswered.clear()
     raise KeyboardInterrupt
