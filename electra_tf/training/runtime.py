@@ -6,7 +6,10 @@ initializers) and the Keras dtype policy all have to be in place when variables 
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+import contextlib
+import signal
+import threading
+from collections.abc import Iterator, Sequence
 
 import tensorflow as tf
 import tf_keras
@@ -64,10 +67,25 @@ def get_strategy(distribution_strategy: str = "one_device", num_gpus: int | None
   if name == "multi_worker_mirrored":
     distribute_utils.configure_cluster(worker_hosts, task_index)
     lost_worker.configure(lost_worker_secs)
-  with console.native_logs_hidden():  # gRPC's "Started server with target ..." of a cluster
+  with console.native_logs_hidden(), _sigterm_kept():  # gRPC's "Started server ..." of a cluster
     return distribute_utils.get_distribution_strategy(
         distribution_strategy=name, num_gpus=num_gpus, all_reduce_alg=all_reduce_alg,
         tpu_address=tpu)
+
+
+@contextlib.contextmanager
+def _sigterm_kept() -> Iterator[None]:
+  """Puts SIGTERM's handler back as it was: a multi-worker strategy's coordination service
+  installs TensorFlow's own C handler (its preemption notice), which only records the signal,
+  so a SIGTERM before or after training was ignored and the run went on. Training installs
+  its own handlers meanwhile (interrupt.StopRequest.watching)."""
+  main = threading.current_thread() is threading.main_thread()
+  before = signal.getsignal(signal.SIGTERM) if main else None
+  try:
+    yield
+  finally:
+    if before is not None:
+      signal.signal(signal.SIGTERM, before)
 
 
 def uses_tpu(use_tpu: bool = False) -> bool:
