@@ -34,6 +34,7 @@ def _injector():
 
 _INJECTOR = _injector()
 ENV, HOOKS, MARKER, SECOND = _INJECTOR.ENV, _INJECTOR.HOOKS, _INJECTOR.MARKER, _INJECTOR.SECOND
+SECOND_DONE = _INJECTOR.SECOND_DONE
 MISSING_HOOK = _INJECTOR.MISSING_HOOK
 
 MODEL = "chaos"
@@ -278,6 +279,7 @@ class _Started:
 
 def _env(kill: dict | None, events: pathlib.Path, tf_config: str | None) -> dict:
   events.unlink(missing_ok=True)
+  pathlib.Path(str(events) + SECOND_DONE).unlink(missing_ok=True)
   env = {**os.environ, "PYTHONUNBUFFERED": "1", "TF_CPP_MIN_LOG_LEVEL": "3",  # as a user runs
          ENV: json.dumps({"events": str(events), "kill": kill}),  # them (a test sets 2)
          "PYTHONPATH": os.pathsep.join(filter(None, [str(INJECT), os.environ.get("PYTHONPATH")]))}
@@ -335,7 +337,10 @@ def _run(cmd: list[str], kill: dict | None, events: pathlib.Path, stop_seconds: 
   seconds: list[threading.Thread] = []
 
   def start_second() -> None:
-    second.append(run(cmd, None, events.with_suffix(".second.events"), stop_seconds))
+    try:
+      second.append(run(cmd, None, events.with_suffix(".second.events"), stop_seconds))
+    finally:  # the first run waits for this file at its hook
+      pathlib.Path(str(events) + SECOND_DONE).touch()
 
   def read() -> None:
     for chunk in iter(lambda: proc.stdout.read1(65536), b""):

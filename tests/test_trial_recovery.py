@@ -215,6 +215,20 @@ def test_a_finished_trial_needs_its_kept_model_at_the_recorded_step(tmp_path, ca
   assert "tf1/model.ckpt is corrupt or truncated" in capsys.readouterr().out
 
 
+def test_a_finished_trial_removes_the_old_tf1_copy_a_kill_left_beside_it(tmp_path):
+  """A kill while the last save of tf1/ deleted the copy it replaced left that hidden copy in a
+  finished trial's folder, which no later run writes again (found by benchmarks/chaos.py)."""
+  book = _book(tmp_path, keep_all_models=True)
+  folder = _finished_trial(book)
+  dead = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"],
+                        capture_output=True, text=True, check=True).stdout.strip()
+  old = folder / f".tf1.tmp-{dead}-0a1b2c3d"  # as atomic_io.staged_dir names it
+  (old / "sub").mkdir(parents=True)
+  (old / "model.ckpt.index").write_bytes(b"x")
+  assert book.finished(1)["final_step"] == 8
+  assert not old.exists() and _tf1_step(str(folder / "tf1")) == 8
+
+
 def test_a_model_that_must_now_be_kept_but_was_deleted_trains_again(tmp_path, capsys):
   _finished_trial(_book(tmp_path, keep_all_models=False))
   _book(tmp_path, keep_all_models=False).remove_dir_unless_kept(1)

@@ -16,7 +16,8 @@ sends ``signal`` (``repeat`` times); the other faults: ``read error`` (the k-th 
 next ``repeat - 1`` calls raise tf.errors.UnavailableError, as a bucket's 503 does), ``write
 error`` (the k-th call raises UnavailableError or, for a local atomic write, OSError EIO),
 ``ENOSPC`` (OSError ENOSPC: an atomic write writes part of its file first), ``second run``
-(after the k-th call the harness starts the same command a second time). Before the fault, one
+(after the k-th call the harness starts the same command a second time, and this run waits
+until that one ended, so the second always meets the first alive). Before the fault, one
 marker line (MARKER, or SECOND for a second run) is written to the output (file descriptor 1,
 after flushing Python's streams), so the harness splits what the run printed there exactly.
 
@@ -45,6 +46,8 @@ import time
 MARKER = "@@chaos-kill@@"
 SECOND = "@@chaos-second-run@@"
 ENV = "ELECTRA_CHAOS_PLAN"
+SECOND_DONE = ".second-done"  # the harness creates <events><this> once a second run ended
+SECOND_WAIT = 180  # s
 MISSING_HOOK = 86  # exit status of a run whose hooked function no longer exists
 
 # hook name -> (module, attribute path) of the function wrapped
@@ -252,6 +255,11 @@ def _second(hook: str, n: int) -> None:
     _event(ev="kill", signal="second run", t=time.monotonic() - _T0)
     with _OUTPUT:
       _mark(SECOND)
+    # holds this run here until the second one ended (at most SECOND_WAIT s): a run with
+    # nothing left to do would otherwise end, and free its folder, before the second starts
+    deadline = time.monotonic() + SECOND_WAIT
+    while not os.path.exists(_PLAN["events"] + SECOND_DONE) and time.monotonic() < deadline:
+      time.sleep(0.05)
 
 
 def _wrap(hook: str, fn):

@@ -220,6 +220,8 @@ class TrialBook:
         log(f"Trial {trial}/{c.num_trials} finished earlier, but {problem}; training the "
             "trial again from its newest usable checkpoint, if any")
         return None
+      # the replaced copy a kill left while the last save of tf1/ deleted it
+      atomic_io.remove_leftovers(os.path.join(self.trial_dir(trial), "tf1"))
     return record
 
   def model_kept(self, trial: int) -> bool:
