@@ -12,7 +12,7 @@ false->true, num_trials 3->2, n_writes_test 2->1), from a place drawn from the s
 from (seed, K) 2-4 faults, each a kind: SIGKILL, SIGINT, SIGTERM, two SIGINTs, a power cut
 (SIGKILL, then one file the run wrote in its last moments is left empty, short, or under its
 temporary name), a transient read error (the 1st, or 1st and 2nd, checkpoint read raise
-tf.errors.UnavailableError), a write error
+tf.errors.UnavailableError; planned for a run that finds a checkpoint on disk), a write error
 (UnavailableError, or OSError EIO for a local atomic write), ENOSPC inside a write, or a
 second run of the same command started beside it; at a moment: a time since the process
 started (signals only; from 0.1 s on: before that Python itself starts), or before, during
@@ -198,6 +198,17 @@ class Pace:
     return None if kill is None else {**kill, "delay": round(kill["delay"] * factor, 4)}
 
 
+def _next_fault(pending: list[dict], readable: bool) -> dict | None:
+  """Takes the next run's fault from ``pending``. A read error needs a checkpoint to read
+  (``readable``: one is on disk and the run does not start afresh): until then another fault
+  goes first, or, when it is the last, one run goes without a fault to save some."""
+  if pending and pending[0]["fault"] == "read error" and not readable:
+    if len(pending) == 1:
+      return None
+    pending.insert(1, pending.pop(0))
+  return pending.pop(0) if pending else None
+
+
 def run_trial(k: int, seed: int, kills: list[dict], data: pathlib.Path, ref: dict,
               work: pathlib.Path, pace: Pace) -> Outcome:
   """Faults and reruns one command until it completes, then checks it against the reference."""
@@ -209,8 +220,8 @@ def run_trial(k: int, seed: int, kills: list[dict], data: pathlib.Path, ref: dic
   while True:  # until the faults are spent and a run completes
     out.runs += 1
     cmd = runs.command(out.kind, folder, out.variant, out.runs)
-    kill = pace.timed(out.kind, pending.pop(0) if pending else None)
     before, since = [checks.usable_step(d) for d in dirs], time.time()
+    kill = pace.timed(out.kind, _next_fault(pending, any(before) and "--restart" not in cmd))
     existed, aside = checks.files(folder), checks.set_aside(folder)
     # a stop may take as long as a whole uninterrupted run (a SIGTERM while the first step is
     # traced is read once the step runs), never longer

@@ -256,6 +256,18 @@ def _unrenamed(path: pathlib.Path, root: pathlib.Path, pid: int) -> pathlib.Path
   return temp
 
 
+_IN_PLACE = re.compile(r"^events\.out\.tfevents\.")  # TensorBoard writes its files in place
+
+
+def _renamed_into_place(rel: str, existed: set[str]) -> bool:
+  """Whether the run created ``rel`` by a rename (so a power cut can leave its temporary name):
+  not a file that was there before the run, written in place, or still inside a temporary
+  folder (a staged folder not yet renamed)."""
+  parts = pathlib.PurePath(rel).parts
+  return (rel not in existed and not _IN_PLACE.search(parts[-1])
+          and not any(_LEFTOVER.search(p) for p in parts[:-1]))
+
+
 def damage(root: pathlib.Path, since: float, cut_at: float | None, existed: set[str],
            pid: int, rng: random.Random) -> str:
   """A power cut at ``cut_at`` (epoch seconds) on a run that began at ``since``: one file
@@ -276,7 +288,8 @@ def damage(root: pathlib.Path, since: float, cut_at: float | None, existed: set[
   recent = [rel for mtime, rel in written if cut_at is not None and mtime >= cut_at - RECENT]
   rel = rng.choice(recent or [rel for _, rel in written])
   victim = root / rel
-  how = rng.choice(["empty", "short", "un-renamed"] if rel not in existed else ["empty", "short"])
+  how = rng.choice(["empty", "short", "un-renamed"] if _renamed_into_place(rel, existed)
+                   else ["empty", "short"])
   size = victim.stat().st_size
   if how == "un-renamed":
     temp = _unrenamed(victim, root, pid)

@@ -157,6 +157,37 @@ def test_a_power_cut_empties_cuts_or_un_renames_any_file_written_in_its_last_mom
                                            random.Random(0))  # an old name stays
 
 
+def test_a_power_cut_un_renames_only_what_the_run_renamed_into_place(tmp_path):
+  """A file written in place (TensorBoard's events) or still inside a staged folder under its
+  temporary name never had a rename to lose: it is emptied or cut, never given a name the run
+  never used (found by the harness's own 40-trial run)."""
+  src = tmp_path / "src"
+  stage = src / "input_state" / ".ckpt-180.tmp-551-5d2bf971"
+  stage.mkdir(parents=True)
+  (stage / "state.index").write_bytes(b"x" * 40)
+  (src / "events.out.tfevents.1795782057.vm.23540.0.v2").write_bytes(b"x" * 40)
+  (src / "ckpt-10_temp").mkdir()
+  (src / "ckpt-10_temp" / "part-00000-of-00001.index").write_bytes(b"x" * 40)
+  hit = collections.Counter()
+  for seed in range(30):
+    case = tmp_path / f"case{seed}"
+    shutil.copytree(src, case)
+    said = checks.damage(case, 0, None, set(), 1, random.Random(seed))
+    hit[said.split()[1]] += 1
+    assert sorted(checks.leftovers(case)) == ["ckpt-10_temp", "input_state/" + stage.name], said
+  assert set(hit) == {"emptied", "cut"}, hit
+
+
+def test_a_read_error_waits_for_a_checkpoint_to_read():
+  read, kill, cut = ({"fault": f} for f in ("read error", "SIGKILL", "power cut"))
+  pending = [read, kill, cut]
+  assert chaos._next_fault(pending, readable=False) is kill and pending == [read, cut]
+  assert chaos._next_fault(pending, readable=False) is cut and pending == [read]
+  assert chaos._next_fault(pending, readable=False) is None and pending == [read]  # no fault
+  assert chaos._next_fault(pending, readable=True) is read and pending == []
+  assert chaos._next_fault(pending, readable=True) is None
+
+
 def test_a_good_checkpoint_moved_aside_is_found_a_damaged_one_is_not(tmp_path):
   _save(tmp_path, {2: 1.0, 4: 2.0, 6: 3.0})
   before = checks.set_aside(tmp_path)
