@@ -15,6 +15,7 @@ import sys
 import numpy as np
 import pytest
 import tensorflow as tf
+from helpers import read_faults
 from helpers.paths import REPO_ROOT
 
 from electra_tf import checkpoints
@@ -227,6 +228,30 @@ def test_a_finished_trial_removes_the_old_tf1_copy_a_kill_left_beside_it(tmp_pat
   (old / "model.ckpt.index").write_bytes(b"x")
   assert book.finished(1)["final_step"] == 8
   assert not old.exists() and _tf1_step(str(folder / "tf1")) == 8
+
+
+def test_a_503_reading_trial_records_is_retried_then_stops_touching_nothing(tmp_path,
+                                                                            monkeypatch):
+  """A transient error reading a trial's record or settings (a bucket's 503) is retried; one
+  that persists stops the run in one line naming the file, with nothing moved or retrained."""
+  read_faults.no_waits(monkeypatch)
+  book = _book(tmp_path, keep_all_models=True)
+  folder = _finished_trial(book)
+  record = book.record_path(1)
+  calls = read_faults.install(2, "io.gfile.GFile.read", monkeypatch.setattr)
+  assert book.finished(1)["final_step"] == 8
+  assert calls[:3] == [record] * 3
+  monkeypatch.undo()
+  read_faults.no_waits(monkeypatch)
+  before = sorted(p.relative_to(tmp_path) for p in tmp_path.rglob("*"))
+  read_faults.install(-1, "io.gfile.GFile.read", monkeypatch.setattr)
+  with pytest.raises(checkpoints.CheckpointUnavailableError,
+                     match=f"file {record} could not be read in 5 tries"):
+    book.finished(1)
+  with pytest.raises(checkpoints.CheckpointUnavailableError, match="trial_settings.json"):
+    trials._read_json(str(folder / trials.SETTINGS_FILE))
+  assert sorted(p.relative_to(tmp_path) for p in tmp_path.rglob("*")) == before
+  assert folder.is_dir()
 
 
 def test_a_model_that_must_now_be_kept_but_was_deleted_trains_again(tmp_path, capsys):

@@ -87,11 +87,17 @@ def trial_seed(seed: int | None, trial: int) -> int | None:
 
 def _read_json(path: str) -> tuple[bool, Any]:
   """(whether ``path`` exists, its JSON value: None when it does not parse, e.g. left empty or
-  short by a power cut). Other read errors propagate: a transient error is not damage."""
-  try:
-    with tf.io.gfile.GFile(path) as f:
-      text = f.read()
-  except tf.errors.NotFoundError:
+  short by a power cut). A read error is retried (checkpoints.read_retried), then stops the
+  run in one line: a transient error is not damage."""
+  def read() -> str | None:
+    try:
+      with tf.io.gfile.GFile(path) as f:
+        return f.read()
+    except tf.errors.NotFoundError:
+      return None
+
+  text = checkpoints.read_retried(path, read, what="file")
+  if text is None:
     return False, None
   try:
     return True, json.loads(text)
