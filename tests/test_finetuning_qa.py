@@ -2,7 +2,9 @@
 (tests/data/squad)."""
 
 import copy
+import errno
 import json
+import os
 
 import numpy as np
 import pytest
@@ -110,6 +112,27 @@ def test_squadv1_oracle_and_wrong_spans(squad_json, tokenizer, tmp_path):
     r["start_top_index"][:] = 1
   metrics, preds = _score(task, "train", results, tmp_path)
   assert set(preds.values()) == {"empty"} and metrics["exact_match"] == 0.0
+
+
+def test_predictions_are_written_whole_or_not_at_all(squad_json, tokenizer, tmp_path,
+                                                     monkeypatch):
+  """A write that fails (a full disk, a kill) leaves the earlier predictions whole, and no
+  temporary file."""
+  _write(tmp_path / "squad", "train.json", json.dumps(squad_json))
+  task = qa.SQuAD(str(tmp_path / "squad"), tokenizer, max_seq_length=96, doc_stride=48,
+                  beam_size=BEAM, n_best_size=BEAM)
+  task.get_examples("train")
+  results = _oracle_results(task, "train")
+  (tmp_path / "preds.json").write_text('{"earlier": "run"}')
+
+  def full_disk(*args):
+    raise OSError(errno.ENOSPC, "No space left on device")
+
+  monkeypatch.setattr(os, "replace", full_disk)
+  with pytest.raises(OSError, match="No space left"):
+    _score(task, "train", results, tmp_path)
+  assert sorted(p.name for p in tmp_path.iterdir()) == ["preds.json", "squad"]
+  assert (tmp_path / "preds.json").read_text() == '{"earlier": "run"}'
 
 
 def test_mrqa_jsonl_reader_and_decoding(squad_json, tokenizer, tmp_path):

@@ -17,6 +17,7 @@ from typing import Any, NamedTuple
 
 import numpy as np
 
+from electra_tf import atomic_io
 from electra_tf.finetuning import scorers
 
 
@@ -238,12 +239,11 @@ class SpanQAScorer(scorers.Scorer):
   def write_predictions(self) -> tuple[dict[str, str], dict[str, float]]:
     predictions, _, null_scores = decode_predictions(self._questions_fn(), self._results,
                                                      self._options)
-    if self._preds_path:
-      with open(self._preds_path, "w") as f:
-        json.dump(predictions, f)
+    if self._preds_path:  # atomically: a kill leaves the old file or the new one, never half
+      atomic_io.write_text(self._preds_path, json.dumps(predictions))
     if self._options.v2 and self._na_path:
-      with open(self._na_path, "w") as f:
-        json.dump({k: float(v) for k, v in null_scores.items()}, f)
+      atomic_io.write_text(self._na_path,
+                           json.dumps({k: float(v) for k, v in null_scores.items()}))
     return predictions, null_scores
 
   def _get_results(self):
