@@ -18,7 +18,7 @@ import time
 
 import pytest
 import tensorflow as tf
-from helpers import pretrain_data, procs
+from helpers import ports, pretrain_data, procs
 from helpers.paths import GOLDEN, REPO_ROOT
 
 from electra_tf import training
@@ -51,7 +51,7 @@ def _workers(root: pathlib.Path, log_dir: pathlib.Path) -> list[subprocess.Popen
              "--model_name", "mw", "--distribution_strategy=multi_worker_mirrored",
              "--check_data=false", f"--lost_worker_secs={LOST_SECS}", "--hparams",
              json.dumps(TINY)]
-  configs = pretrain_data.two_worker_tf_configs()
+  configs = ports.two_worker_tf_configs()
   runs = [subprocess.Popen(command, cwd=REPO_ROOT, env={**ENV, "TF_CONFIG": configs[0]},
                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)]
   with open(log_dir / "worker1.log", "w") as out:  # the child keeps its own descriptor

@@ -20,7 +20,6 @@ import json
 import os
 import pathlib
 import shutil
-import socket
 import string
 import subprocess
 import sys
@@ -28,7 +27,7 @@ import sys
 import numpy as np
 import pytest
 import tensorflow as tf
-from helpers import procs
+from helpers import ports, procs
 
 from data_prep import build_pretraining_dataset as bpd
 from electra_tf import console
@@ -77,12 +76,6 @@ def pretrain_dir(tmp_path_factory, reference_dir) -> pathlib.Path:
   return root
 
 
-def _free_port() -> int:
-  with socket.socket() as s:
-    s.bind(("127.0.0.1", 0))
-    return s.getsockname()[1]
-
-
 def _args(data_dir: pathlib.Path, name: str, steps: int) -> list[str]:
   return [f"--data_dir={data_dir}", f"--model_name={name}",
           f"--hparams={json.dumps({**HPARAMS, 'num_train_steps': steps})}", "--check_data=false"]
@@ -95,7 +88,7 @@ def _popen(argv: list[str], env: dict[str, str] = ENV) -> subprocess.Popen:
 
 def _two_workers(data_dir: pathlib.Path, name: str, steps: int) -> list[subprocess.Popen]:
   """run_pretraining.py as workers 0 (the chief) and 1 of a loopback cluster."""
-  workers = [f"127.0.0.1:{_free_port()}", f"127.0.0.1:{_free_port()}"]
+  workers = [f"127.0.0.1:{ports.free_port()}" for _ in range(2)]
   return [_popen(["run_pretraining.py", "--distribution_strategy=multi_worker_mirrored",
                   *_args(data_dir, name, steps)],
                  {**ENV, "TF_CONFIG": json.dumps({"cluster": {"worker": workers},

@@ -17,7 +17,7 @@ import threading
 import time
 
 import pytest
-from helpers import pretrain_data, procs
+from helpers import ports, pretrain_data, procs
 from helpers.paths import REPO_ROOT
 
 from electra_tf import atomic_io
@@ -181,7 +181,7 @@ def test_restart_on_two_workers_trains_the_new_shape_from_step_0(tmp_path, data_
          "num_train_steps": 2}
   first = _pretrain(root, old)
   assert first.wait(timeout=300) == 0, first.stdout.read()[-3000:]
-  configs = pretrain_data.two_worker_tf_configs()
+  configs = ports.two_worker_tf_configs()
   other = _pretrain(root, new, "--restart", "--distribution_strategy", "multi_worker_mirrored",
                     tf_config=configs[1])
   m, early = procs.wait_for_line(other, r"(waiting for the chief|full config:|error)", timeout=300)

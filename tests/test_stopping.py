@@ -18,7 +18,7 @@ import time
 import numpy as np
 import pytest
 import tensorflow as tf
-from helpers import pretrain_data, procs, rte_finetune, toy_train
+from helpers import ports, pretrain_data, procs, rte_finetune, toy_train
 from helpers.paths import GOLDEN, REPO_ROOT
 
 from electra_tf import training
@@ -433,7 +433,7 @@ def test_a_signal_on_one_worker_stops_every_worker_at_the_same_step(tmp_path):
        "multi_worker_mirrored", "--model_dir", str(model_dir), "--num_train_steps", "1000",
        "--iterations_per_loop", "1", "--save_checkpoints_steps", "1000", "--step_sleep",
        "0.2"], env={**ENV, "TF_CONFIG": tf_config}, stdout=subprocess.PIPE,
-      stderr=subprocess.STDOUT, text=True) for tf_config in pretrain_data.two_worker_tf_configs()]
+      stderr=subprocess.STDOUT, text=True) for tf_config in ports.two_worker_tf_configs()]
   procs.wait_for_line(runs[0], STEP_LINE, timeout=300)
   runs[1].send_signal(signal.SIGTERM)  # the other worker only
   logs = [procs.finish(p, timeout=120) for p in runs]
@@ -454,7 +454,7 @@ def test_two_workers_skip_a_rejected_checkpoint_and_only_the_chief_moves_it(tmp_
         [sys.executable, str(pathlib.Path(toy_train.__file__)), "--strategy",
          "multi_worker_mirrored", "--model_dir", str(model_dir), "--num_train_steps", "20"],
         env={**ENV, "TF_CONFIG": tf_config}, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-        text=True) for tf_config in pretrain_data.two_worker_tf_configs()]
+        text=True) for tf_config in ports.two_worker_tf_configs()]
     logs = [procs.finish(p, timeout=300) for p in runs]
     assert [p.returncode for p in runs] == [0, 0], "\n".join(log[-2000:] for log in logs)
     return logs

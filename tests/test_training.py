@@ -16,7 +16,7 @@ import numpy as np
 import pytest
 import tensorflow as tf
 import tf_keras
-from helpers import pretrain_data, procs, toy_train
+from helpers import ports, procs, toy_train
 from helpers.paths import REPO_ROOT
 
 from electra_tf import training
@@ -215,7 +215,7 @@ def test_multi_worker_mirrored_two_processes(tmp_path):
                "--num_train_steps", "10", "--save_checkpoints_steps", "10",
                "--out_json", str(tmp_path / f"worker{index}.json"),
                env={**ENV, "TF_CONFIG": tf_config})
-          for index, tf_config in enumerate(pretrain_data.two_worker_tf_configs())]
+          for index, tf_config in enumerate(ports.two_worker_tf_configs())]
   logs = [procs.finish(p, timeout=240) for p in runs]
   assert [p.returncode for p in runs] == [0, 0], "\n".join(log[-2000:] for log in logs)
   summaries = [json.loads((tmp_path / f"worker{i}.json").read_text())[0] for i in range(2)]

@@ -16,7 +16,7 @@ import sys
 import numpy as np
 import pytest
 import tensorflow as tf
-from helpers import pretrain_data, procs, read_faults, rte_finetune, toy_train
+from helpers import ports, pretrain_data, procs, read_faults, rte_finetune, toy_train
 from helpers.paths import GOLDEN, REPO_ROOT
 
 from electra_tf import checkpoints, folder_lock, training
@@ -256,7 +256,7 @@ def test_two_workers_stop_when_one_cannot_read_the_checkpoint(trained, tmp_path)
 
 
 def _two_worker_tf_configs() -> list[str]:
-  return pretrain_data.two_worker_tf_configs()
+  return ports.two_worker_tf_configs()
 
 
 # ----- 7d: how to start afresh after non-finite checkpoints ------------------------------------

@@ -16,7 +16,7 @@ import time
 import numpy as np
 import pytest
 import tensorflow as tf
-from helpers import pretrain_data
+from helpers import ports, pretrain_data
 from helpers.paths import GOLDEN, REPO_ROOT
 
 from electra_tf import training
@@ -87,7 +87,7 @@ def test_a_bad_shard_on_one_worker_stops_both_workers_with_one_line(
     data_with_a_bad_second_shard):
   root = data_with_a_bad_second_shard
   bad = sorted((root / "pretrain_tfrecords").iterdir())[1]
-  workers = [_Worker(root, tf_config) for tf_config in pretrain_data.two_worker_tf_configs()]
+  workers = [_Worker(root, tf_config) for tf_config in ports.two_worker_tf_configs()]
   deadline = time.time() + START_SECONDS
   try:
     exit_seconds = [w.wait(deadline) for w in workers]

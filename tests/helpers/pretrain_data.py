@@ -1,11 +1,9 @@
-"""Small real pre-training data folders and loopback ports, shared by the tests."""
+"""Small real pre-training data folders, shared by the tests."""
 
 from __future__ import annotations
 
-import json
 import pathlib
 import shutil
-import socket
 import string
 
 from data_prep import build_pretraining_dataset as bpd
@@ -32,20 +30,6 @@ def vocab_size(vocab_file: str | pathlib.Path) -> int:
   """WordPieces (lines) of a vocab.txt: the vocab_size hparam a model of that vocabulary needs."""
   with open(vocab_file, encoding="utf-8") as f:
     return sum(1 for _ in f)
-
-
-def free_port() -> int:
-  """A TCP port on 127.0.0.1 that nothing listens on now."""
-  with socket.socket() as s:
-    s.bind(("127.0.0.1", 0))
-    return s.getsockname()[1]
-
-
-def two_worker_tf_configs() -> list[str]:
-  """TF_CONFIG values (JSON) of a 2-worker cluster on free loopback ports, worker 0 first."""
-  workers = [f"127.0.0.1:{free_port()}" for _ in range(2)]
-  return [json.dumps({"cluster": {"worker": workers}, "task": {"type": "worker", "index": i}})
-          for i in range(2)]
 
 
 def emma_and_wiki(data_dir: pathlib.Path,
