@@ -185,7 +185,7 @@ def test_a_sigterm_outside_training_still_ends_a_multi_worker_run(tmp_path):
       "os.kill(os.getpid(), signal.SIGTERM)\n"
       "time.sleep(5)\n"
       "print('went on after a SIGTERM')\n")
-  tf_config = json.dumps({"cluster": {"worker": [f"127.0.0.1:{pretrain_data.free_port()}"]},
+  tf_config = json.dumps({"cluster": {"worker": [f"127.0.0.1:{ports.free_port()}"]},
                           "task": {"type": "worker", "index": 0}})
   proc = subprocess.run([sys.executable, str(script)], cwd=REPO_ROOT, text=True,
                         env={**ENV, "TF_CONFIG": tf_config}, stdout=subprocess.PIPE,
