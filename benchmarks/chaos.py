@@ -89,6 +89,7 @@ ERROR_AT = {"write error": ("ckpt_save", "atomic_write", "tf_state_write"),
 FIRST_MOMENT = 0.1  # s: before it Python itself starts (a Ctrl-C then is its own traceback)
 STEP_HOOKS = {"ckpt_save", "input_state_save", "rmtree", "tf_state_write", "staged_dir",
               "atomic_write"}  # called again for each step saved
+FOLDER = "<folder>"  # a trial's folder in the reference run's lines
 CHECKS = ("weights", "latest", "results", "lost", "aside", "leftovers", "tracebacks", "kill",
           "fault", "second run", "worker 1", "exit")
 
@@ -239,8 +240,9 @@ def run_trial(k: int, seed: int, kills: list[dict], data: pathlib.Path, ref: dic
     if kill is not None and r.killed:
       note = describe(kill)
       if kill.get("signal"):
+        printed = {line.replace(FOLDER, str(folder)) for line in ref["lines"]}
         out.problems["kill"] += [f"run {out.runs}: {p}" for p in
-                                 runs.kill_problems(kill["fault"], kill["signal"], r)]
+                                 runs.kill_problems(kill["fault"], kill["signal"], r, printed)]
       else:
         out.problems["fault"] += [f"run {out.runs}: {p}" for p in
                                   runs.fault_problems(kill["fault"], r)]
@@ -358,7 +360,9 @@ def reference(kind: str, variant: str, data: pathlib.Path, work: pathlib.Path) -
            for d in dirs]
   return {"folder": folder, "variant": variant, "saves": saves,
           "finals": [checks.complete_steps(d)[0] for d in dirs],
-          "stats": runs.reference_stats(r.events, r.seconds), "seconds": r.seconds}
+          "stats": runs.reference_stats(r.events, r.seconds), "seconds": r.seconds,
+          "lines": sorted({line.replace(str(folder), FOLDER) for line in r.output.splitlines()
+                           if line.strip()})}
 
 
 def line(out: Outcome, n: int, seed: int) -> str:

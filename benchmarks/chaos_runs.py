@@ -396,17 +396,23 @@ def after_kill(output: str) -> list[str]:
 EXPECTED_STATUS = {"SIGKILL": {-9}, "SIGTERM": {143, -15}, "SIGINT": {130, -2}}
 
 
-def kill_problems(fault: str, signal_name: str, r: Run) -> list[str]:
+def kill_problems(fault: str, signal_name: str, r: Run, printed: set[str] = frozenset()
+                  ) -> list[str]:
   """What is wrong with how a killed run ended: its exit status, the time it took to stop, the
   lines the kill caused: at most one line of at most SHORT characters, besides what a first
   SIGINT / SIGTERM lets finish (the progress line of the step in progress, the ``Saved`` lines
   of a save in progress and of the stop's save, the line of a checkpoint the restore in
-  progress moved aside, a phase heading the signal caught being printed)."""
+  progress moved aside) and a phase heading or a line the signal caught being printed (one
+  write, which Python finishes before it runs the handler): a line of the uninterrupted run's
+  output, ``printed``."""
   if r.problem:
     return [f"{fault}: {r.problem}"]
   lines = after_kill(r.output)
   if len(lines) >= 3 and HEADING_RULE.match(lines[0]) and HEADING_RULE.match(lines[2]):
     lines = lines[3:]  # a phase heading being printed (one write) when the signal came
+  elif lines and lines[0] in printed and not (STEP_LINE.match(lines[0])
+                                              or SAVED_LINE.match(lines[0])):
+    lines = lines[1:]  # a line of the run's own being printed when the signal came
   steps = sum(1 for line in lines if STEP_LINE.match(line))
   saves = sum(1 for line in lines if SAVED_LINE.match(line))
   other = [line for line in lines

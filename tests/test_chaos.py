@@ -53,6 +53,7 @@ def _run(output: str, returncode: int) -> runs.Run:
   return runs.Run(returncode, output, [], 1.0, runs.MARKER in output)
 
 
+PRINTED = "Training for 32 steps (64 records, batch 8, 4.0 epochs)"
 STOP = ("Saved /m/ckpt-120\n121/200 = 60.5%, SPS: 40\nSaved /m/ckpt-121\n"
         "run_pretraining.py: interrupted at step 121: saved /m/ckpt-121; rerun to resume\n")
 
@@ -69,9 +70,16 @@ STOP = ("Saved /m/ckpt-120\n121/200 = 60.5%, SPS: 40\nSaved /m/ckpt-121\n"
     ("SIGINT", "SIGINT", f"{runs.MARKER}\n20/200 = 10%\nSaved /m/ckpt-20\n30/200 = 15%\n"
      "Saved /m/ckpt-30\nSaved /m/ckpt-31\nrun_pretraining.py: interrupted\n", 130, "went on"),
     ("SIGTERM", "SIGTERM", f"{runs.MARKER}\nrun_pretraining.py: error: x\n", 1, "exit status 1"),
+    # a line of the run's own (the uninterrupted run prints it) caught being printed
+    ("SIGINT x2", "SIGINT", f"{runs.MARKER}\n{PRINTED}\nrun_finetuning.py: interrupted\n",
+     130, None),
+    ("SIGINT x2", "SIGINT", f"{runs.MARKER}\nNot printed\nrun_finetuning.py: interrupted\n",
+     130, "2 lines after the signal"),
+    ("SIGINT", "SIGINT", f"{runs.MARKER}\n{PRINTED}\n{PRINTED}\nrun_finetuning.py: "
+     "interrupted\n", 130, "2 lines after the signal"),
 ])
 def test_a_kill_may_cause_one_short_line(fault, signal, output, returncode, problem):
-  found = runs.kill_problems(fault, signal, _run(output, returncode))
+  found = runs.kill_problems(fault, signal, _run(output, returncode), {PRINTED})
   if problem is None:
     assert found == []
   else:
