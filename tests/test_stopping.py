@@ -193,6 +193,53 @@ def test_a_sigterm_outside_training_still_ends_a_multi_worker_run(tmp_path):
   assert proc.returncode == -signal.SIGTERM, proc.stdout[-2000:]
 
 
+def _sigterm_caught(pid: int) -> bool:
+  """Whether process `pid` has a handler for SIGTERM (its bit in /proc/<pid>/status SigCgt)."""
+  for line in pathlib.Path(f"/proc/{pid}/status").read_text().splitlines():
+    if line.startswith("SigCgt:"):
+      return bool(int(line.split()[1], 16) >> (signal.SIGTERM - 1) & 1)
+  return False
+
+
+def test_a_sigterm_while_the_cluster_forms_still_ends_a_multi_worker_run(tmp_path):
+  """A SIGTERM that comes while the workers form their cluster meets TensorFlow's handler
+  (installed once this worker joined, before the others did), which only notes it: worker 0
+  went on to train once worker 1 came (found by benchmarks/chaos.py, trial 39). The script
+  leaves SIGTERM at its default, so a caught SIGTERM is TensorFlow's handler: the signal is
+  sent then, worker 1 is started after it, and worker 0 must still end by the signal."""
+  script = tmp_path / "term.py"
+  script.write_text(
+      "import time\n"
+      "from electra_tf import training\n"
+      "training.get_strategy('multi_worker_mirrored')\n"
+      "time.sleep(10)\n"
+      "print('went on after a SIGTERM')\n")
+  cluster = {"worker": [f"127.0.0.1:{ports.free_port()}" for _ in range(2)]}
+
+  def worker(index: int) -> subprocess.Popen:
+    tf_config = json.dumps({"cluster": cluster, "task": {"type": "worker", "index": index}})
+    return subprocess.Popen([sys.executable, str(script)], cwd=REPO_ROOT, text=True,
+                            env={**ENV, "TF_CONFIG": tf_config}, stdout=subprocess.PIPE,
+                            stderr=subprocess.STDOUT)
+
+  first = worker(0)
+  second = None
+  try:
+    deadline = time.monotonic() + 120
+    while not _sigterm_caught(first.pid):
+      assert first.poll() is None and time.monotonic() < deadline, first.communicate()[0]
+      time.sleep(0.05)
+    first.send_signal(signal.SIGTERM)
+    second = worker(1)
+    out = procs.finish(first, timeout=120)
+    assert (first.returncode, "went on" in out) == (-signal.SIGTERM, False), out[-2000:]
+  finally:
+    for proc in (first, second):
+      if proc is not None and proc.poll() is None:
+        proc.kill()
+        proc.communicate()
+
+
 @pytest.mark.slow
 def test_a_huge_learning_rate_never_writes_a_non_finite_checkpoint(pretrain_dir):
   name = "poisoned"

@@ -7,6 +7,7 @@ initializers) and the Keras dtype policy all have to be in place when variables 
 from __future__ import annotations
 
 import contextlib
+import os
 import signal
 import threading
 from collections.abc import Iterator, Sequence
@@ -14,6 +15,7 @@ from collections.abc import Iterator, Sequence
 import tensorflow as tf
 import tf_keras
 from official.common import distribute_utils
+from tensorflow.python.eager import context
 
 from electra_tf import console
 from electra_tf.training import lost_worker
@@ -67,25 +69,56 @@ def get_strategy(distribution_strategy: str = "one_device", num_gpus: int | None
   if name == "multi_worker_mirrored":
     distribute_utils.configure_cluster(worker_hosts, task_index)
     lost_worker.configure(lost_worker_secs)
-  with console.native_logs_hidden(), _sigterm_kept():  # gRPC's "Started server ..." of a cluster
-    return distribute_utils.get_distribution_strategy(
+  with console.native_logs_hidden(), _sigterm_kept() as kept:  # gRPC's "Started server ..."
+    strategy = distribute_utils.get_distribution_strategy(
         distribution_strategy=name, num_gpus=num_gpus, all_reduce_alg=all_reduce_alg,
         tpu_address=tpu)
+  if name == "multi_worker_mirrored" and kept:
+    _resend_noticed_sigterm(strategy)
+  return strategy
 
 
 @contextlib.contextmanager
-def _sigterm_kept() -> Iterator[None]:
+def _sigterm_kept() -> Iterator[bool]:
   """Puts SIGTERM's handler back as it was: a multi-worker strategy's coordination service
   installs TensorFlow's own C handler (its preemption notice), which only records the signal,
   so a SIGTERM before or after training was ignored and the run went on. Training installs
-  its own handlers meanwhile (interrupt.StopRequest.watching)."""
+  its own handlers meanwhile (interrupt.StopRequest.watching). Yields whether it could (only
+  the main thread sets handlers)."""
   main = threading.current_thread() is threading.main_thread()
   before = signal.getsignal(signal.SIGTERM) if main else None
   try:
-    yield
+    yield before is not None
   finally:
     if before is not None:
       signal.signal(signal.SIGTERM, before)
+
+
+# Where TensorFlow's preemption sync manager writes the task whose SIGTERM its handler took
+# (what tf.distribute.experimental.PreemptionWatcher waits on).
+PREEMPTION_NOTICE_KEY = "TF_DEFAULT_PREEMPTION_NOTICE_KEY"
+
+
+def _resend_noticed_sigterm(strategy: tf.distribute.Strategy) -> None:
+  """Sends a SIGTERM that came while the cluster formed once more: TensorFlow's handler held
+  the signal then, and only wrote this task's name under `PREEMPTION_NOTICE_KEY` (within about
+  a second). A daemon thread waits for that notice and signals the process again, now to the
+  handler `_sigterm_kept` put back, so the run stops as after any SIGTERM (a signal on one
+  worker stops them all: interrupt.py)."""
+  resolver = getattr(strategy, "cluster_resolver", None)
+  if resolver is None or not resolver.cluster_spec().as_dict():
+    return  # no cluster, no coordination service: TensorFlow never took the signal
+  task = f"/job:{resolver.task_type}/task:{resolver.task_id or 0}"
+
+  def wait_for_notice() -> None:
+    try:
+      noticed = context.context().get_config_key_value(PREEMPTION_NOTICE_KEY)
+    except Exception:  # noqa: BLE001 - the cluster ended first: no notice will come
+      return
+    if noticed == task:
+      os.kill(os.getpid(), signal.SIGTERM)
+
+  threading.Thread(target=wait_for_notice, name="sigterm-notice", daemon=True).start()
 
 
 def uses_tpu(use_tpu: bool = False) -> bool:
