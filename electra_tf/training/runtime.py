@@ -97,6 +97,7 @@ def _sigterm_kept() -> Iterator[bool]:
 # Where TensorFlow's preemption sync manager writes the task whose SIGTERM its handler took
 # (what tf.distribute.experimental.PreemptionWatcher waits on).
 PREEMPTION_NOTICE_KEY = "TF_DEFAULT_PREEMPTION_NOTICE_KEY"
+_notice_watched = threading.Event()  # one watcher a process: two would send a second SIGTERM
 
 
 def _resend_noticed_sigterm(strategy: tf.distribute.Strategy) -> None:
@@ -106,8 +107,9 @@ def _resend_noticed_sigterm(strategy: tf.distribute.Strategy) -> None:
   handler `_sigterm_kept` put back, so the run stops as after any SIGTERM (a signal on one
   worker stops them all: interrupt.py)."""
   resolver = getattr(strategy, "cluster_resolver", None)
-  if resolver is None or not resolver.cluster_spec().as_dict():
-    return  # no cluster, no coordination service: TensorFlow never took the signal
+  if resolver is None or not resolver.cluster_spec().as_dict() or _notice_watched.is_set():
+    return  # no cluster (TensorFlow never took the signal), or a watcher already waits
+  _notice_watched.set()
   task = f"/job:{resolver.task_type}/task:{resolver.task_id or 0}"
 
   def wait_for_notice() -> None:
