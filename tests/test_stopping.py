@@ -240,6 +240,36 @@ def test_a_sigterm_while_the_cluster_forms_still_ends_a_multi_worker_run(tmp_pat
         proc.communicate()
 
 
+def test_a_preemption_notice_is_sent_on_as_one_sigterm_however_often_the_strategy_is_made(
+    tmp_path):
+  """The notice TensorFlow's handler writes (this task's name under PREEMPTION_NOTICE_KEY,
+  written here by hand) comes back as one SIGTERM to the process's handler, even when a script
+  creates the strategy twice: one watcher a process, as a second SIGTERM would end a run at
+  once, without saving (two signals sent at once may merge into one, so watchers are counted)."""
+  script = tmp_path / "notice.py"
+  script.write_text(
+      "import signal, threading, time\n"
+      "from tensorflow.python.eager import context\n"
+      "from electra_tf import training\n"
+      "from electra_tf.training import runtime\n"
+      "got = []\n"
+      "signal.signal(signal.SIGTERM, lambda *_: got.append(1))\n"
+      "training.get_strategy('multi_worker_mirrored')\n"
+      "training.get_strategy('multi_worker_mirrored')\n"
+      "watchers = [t for t in threading.enumerate() if t.name == 'sigterm-notice']\n"
+      "context.context().set_config_key_value(runtime.PREEMPTION_NOTICE_KEY,"
+      " '/job:worker/task:0')\n"
+      "time.sleep(3)\n"
+      "print('watchers', len(watchers), 'SIGTERMs', len(got))\n")
+  tf_config = json.dumps({"cluster": {"worker": [f"127.0.0.1:{ports.free_port()}"]},
+                          "task": {"type": "worker", "index": 0}})
+  proc = subprocess.run([sys.executable, str(script)], cwd=REPO_ROOT, text=True,
+                        env={**ENV, "TF_CONFIG": tf_config}, stdout=subprocess.PIPE,
+                        stderr=subprocess.STDOUT, timeout=120)
+  assert (proc.returncode, proc.stdout.splitlines()[-1:]) == (0, ["watchers 1 SIGTERMs 1"]), \
+      proc.stdout
+
+
 @pytest.mark.slow
 def test_a_huge_learning_rate_never_writes_a_non_finite_checkpoint(pretrain_dir):
   name = "poisoned"
