@@ -2,9 +2,12 @@
 
 Every writer here writes a hidden temporary sibling (``.<name>.tmp-<id>``) and renames it into
 place, so a kill or an error leaves the old content (or nothing) and at worst a hidden
-leftover, which the next successful write of the same name removes (a leftover whose process
-still runs on this host is kept; another host's writer cannot be told apart, so the folders a
-training run writes are cleaned only under its lock, see folder_lock.py). The final file gets the
+leftover, which a later successful write of the same name removes. Temporary names are unique
+across hosts (``<pid>-<host key>-<random>``, the key from this boot and PID namespace): a
+leftover of this host is removed once its process is gone; any other (another host's, or a
+name without a key) only once it has not been modified for longer than the lock's lease, so a
+live writer elsewhere is never touched; a folder under a run's lock is cleaned only by the
+process holding it (``may_clean``, set by folder_lock.py). The final file gets the
 mode the umask gives a newly created file (``tempfile.mkstemp`` alone would leave 0600, and a
 shared model would not be readable by another account). Local paths use ``os``; other file
 systems (``gs://`` ...) go through ``tf.io.gfile``.
@@ -28,16 +31,29 @@ from __future__ import annotations
 
 import contextlib
 import errno
+import hashlib
 import json
 import os
 import shutil
 import stat
 import tempfile
+import time
 import uuid
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from typing import Any
 
 _TMP = ".tmp-"
+write_checks: list[Callable[[str], None]] = []  # called with a path before it is replaced
+
+
+def unlocked(folder: str) -> bool:
+  """Whether no run's lock (``.run.lock``, folder_lock.py) covers ``folder`` (in it or in its
+  parent): only a lock's holder cleans leftovers there."""
+  exists = _gfile().exists if _remote(folder) else os.path.exists
+  return not any(exists(os.path.join(d, ".run.lock")) for d in (folder, os.path.dirname(folder)))
+
+
+may_clean: list[Callable[[str], bool]] = [unlocked]  # folder_lock: also under the locks it holds
 
 
 def _remote(path: str) -> bool:
@@ -114,18 +130,45 @@ def fsync_tree(path: str) -> None:
     fsync_dir(root)
 
 
+def _host_key() -> str:
+  """8 hex digits naming this boot and PID namespace (a pid means something only there)."""
+  ids = ["", ""]
+  with contextlib.suppress(OSError), open("/proc/sys/kernel/random/boot_id") as f:
+    ids[0] = f.read().strip()
+  with contextlib.suppress(OSError):
+    ids[1] = str(os.stat("/proc/self/ns/pid").st_ino)
+  return hashlib.sha1("/".join(ids).encode()).hexdigest()[:8]
+
+
+_HOST = _host_key()
+
+
 def _temp_name(path: str) -> str:
   parent, name = os.path.split(path)
-  return os.path.join(parent, f".{name}{_TMP}{os.getpid()}-{uuid.uuid4().hex[:8]}")
+  return os.path.join(parent, f".{name}{_TMP}{os.getpid()}-{_HOST}-{uuid.uuid4().hex[:8]}")
 
 
-def _writer_alive(suffix: str) -> bool:
-  """True when the temp name's process id (``<pid>-...``) is another live process here. A
-  process id says nothing about another host's writer: a model folder's leftovers are safe to
-  remove only because its writers hold its lock (folder_lock.py)."""
-  pid = suffix.split("-", 1)[0]
-  if not pid.isdigit() or int(pid) == os.getpid():
+def _lease() -> float:
+  try:
+    value = float(os.environ.get("ELECTRA_LOCK_LEASE_SECONDS", 60))
+  except ValueError:
+    return 60.0
+  return value if value > 0 else 60.0
+
+
+def _writer_alive(suffix: str, modified: float | None) -> bool:
+  """Whether the temp name's writer (``<pid>-<host key>-...``) may still write it: this
+  process, another live process of this host, or a writer elsewhere (another host key) whose
+  file changed within the lock's lease ($ELECTRA_LOCK_LEASE_SECONDS, default 60 s). A name
+  without a key (``<pid>-<random>``) is judged by its pid here."""
+  parts = suffix.split("-")
+  pid = parts[0]
+  if len(parts) >= 3 and parts[1] != _HOST:
+    return modified is None or time.time() - modified < _lease()
+  if not pid.isdigit():
     return False
+  if int(pid) == os.getpid():
+    return len(parts) >= 3  # this process's own write in progress (a thread's)
   try:
     os.kill(int(pid), 0)
   except ProcessLookupError:
@@ -135,9 +178,17 @@ def _writer_alive(suffix: str) -> bool:
   return True
 
 
+def _modified(fs, path: str) -> float | None:
+  try:
+    return fs.stat(path).mtime_nsec / 1e9 if fs else os.stat(path).st_mtime
+  except Exception:  # noqa: BLE001 -- gone meanwhile
+    return None
+
+
 def remove_leftovers(path: str, keep: str | None = None) -> list[str]:
   """Deletes hidden ``.<name>.tmp-<pid>...`` siblings of ``path`` left by killed writes (not
-  ``keep``, nor those of a process still running); returns them."""
+  ``keep``, nor those a writer may still be writing: see ``_writer_alive``; nothing in a folder
+  another process's lock covers); returns them."""
   parent, name = os.path.split(path.rstrip("/"))
   parent = parent or "."
   prefix = f".{name}{_TMP}"
@@ -146,12 +197,14 @@ def remove_leftovers(path: str, keep: str | None = None) -> list[str]:
     names = fs.listdir(parent) if fs else os.listdir(parent)
   except (OSError, Exception):  # noqa: BLE001 -- a missing parent has no leftovers
     return []
+  if not all(check(parent) for check in may_clean):
+    return []
   removed = []
   for entry in names:
     entry = entry.rstrip("/")
     leftover = os.path.join(parent, entry)
     if (not entry.startswith(prefix) or leftover == keep
-        or _writer_alive(entry[len(prefix):])):
+        or _writer_alive(entry[len(prefix):], _modified(fs, leftover))):
       continue
     if fs:
       (fs.rmtree if fs.isdir(leftover) else fs.remove)(leftover)
@@ -171,6 +224,8 @@ def temp_path(path: str) -> Iterator[str]:
   tmp = _temp_name(path)
   try:
     yield tmp
+    for check in write_checks:  # e.g. this run lost its folder's lock: nothing is replaced
+      check(path)
     if _remote(path):
       _gfile().rename(tmp, path, overwrite=True)
     else:

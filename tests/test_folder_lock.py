@@ -1,6 +1,8 @@
 """One run per model folder (electra_tf/folder_lock.py): a second run is refused in one line
-naming the first, a SIGKILLed run's lock is taken over, another host's lock is reported with
-the command that clears it, the lock goes away after a clean run."""
+naming the first (by whatever path it reaches the folder, from whatever PID namespace), a
+SIGKILLed run's lock is taken over at once, a lock nobody renews (another host, another boot, a
+copy, an unreadable one) once its lease lapses, with one line; the lock goes away after a clean
+run. The lease is set to a few seconds ($ELECTRA_LOCK_LEASE_SECONDS)."""
 
 from __future__ import annotations
 
@@ -17,11 +19,18 @@ import time
 import pytest
 from helpers import procs
 
-from electra_tf import folder_lock
+from electra_tf import folder_lock, lock_lease
 
+LEASE = 3.0
 TOY = pathlib.Path(__file__).parent / "helpers" / "toy_train.py"
 ENV = {**os.environ, "TF_CPP_MIN_LOG_LEVEL": "3", "CUDA_VISIBLE_DEVICES": "-1",
-       "TF_USE_LEGACY_KERAS": "1"}
+       "TF_USE_LEGACY_KERAS": "1", lock_lease.LEASE_ENV: str(LEASE)}
+REPO = pathlib.Path(__file__).parent.parent
+
+
+@pytest.fixture(autouse=True)
+def _short_lease(monkeypatch):
+  monkeypatch.setenv(lock_lease.LEASE_ENV, str(LEASE))
 
 
 def _toy(model_dir: pathlib.Path, *args: str) -> subprocess.Popen:
@@ -38,11 +47,13 @@ def _wait_for(predicate, proc: subprocess.Popen, timeout: float = 120) -> None:
 
 
 def _lock(folder: pathlib.Path, **fields) -> pathlib.Path:
+  """A lock nobody renews, by default of this host, boot and PID namespace (pid 1, start 0)."""
   folder.mkdir(parents=True, exist_ok=True)
   path = folder / folder_lock.LOCK_NAME
-  holder = {"host": socket.gethostname(), "pid": 1, "start": "0", "boot": "",
-            "since": "2026-01-02 03:04:05 UTC", "command": "python run_pretraining.py x",
-            "token": "other", **fields}
+  holder = {"host": socket.gethostname(), "pid": 1, "start": "0", "boot": lock_lease.boot_id(),
+            "pidns": lock_lease.pid_namespace(), "since": "2026-01-02 03:04:05 UTC",
+            "command": "python run_pretraining.py x", "run": "other",
+            "folder": str(folder.resolve()), **fields}
   path.write_text(json.dumps(holder))
   return path
 
@@ -78,27 +89,51 @@ def test_a_second_run_is_refused_and_a_killed_runs_lock_taken_over(tmp_path):
   assert not lock.exists()  # released by the clean exit
 
 
-def test_another_hosts_lock_is_reported_with_the_command_that_clears_it(tmp_path):
-  path = _lock(tmp_path / "run", host="node-7", pid=os.getpid())
-  before = path.read_bytes()
-  with pytest.raises(folder_lock.FolderLockedError) as err:
-    folder_lock.acquire(str(tmp_path / "run"))
+@pytest.mark.parametrize("other", [{"host": "node-7"}, {"boot": "another-boot"},
+                                   {"pidns": "4026531999"}], ids=["host", "boot", "pidns"])
+def test_a_lock_nobody_renews_lapses_and_one_renewed_is_refused(tmp_path, capsys, other):
+  """Another hostname (a preempted VM), another boot id (a cloned VM), another PID namespace:
+  the holder's process cannot be judged here; its lease can."""
+  path = tmp_path / "run" / folder_lock.LOCK_NAME
+  with procs.renewed_lock(path, **other):
+    started = time.monotonic()
+    with pytest.raises(folder_lock.FolderLockedError) as err:
+      folder_lock.acquire(str(tmp_path / "run"))
+    assert time.monotonic() - started < LEASE  # refused at its first renewal
   assert str(err.value) == (
-      f"{tmp_path}/run is locked by a run on another host (host node-7, pid {os.getpid()}, "
-      "since 2026-01-02 03:04:05 UTC, command: python run_pretraining.py x); this host cannot "
-      f"tell whether it still runs: if it has ended, clear the lock with `rm {path}` and rerun")
-  assert path.read_bytes() == before  # never taken
+      f"{tmp_path}/run is in use by another run (host {other.get('host', socket.gethostname())}"
+      f", pid {os.getpid()}, since 2026-01-02 03:04:05 UTC, command: python run_pretraining.py "
+      "x); wait for it to end or stop it")
+  assert json.loads(path.read_text())["run"] == "other"  # never taken
+  capsys.readouterr()
+  started = time.monotonic()  # its holder stopped renewing: the lease lapses
+  line = folder_lock.acquire(str(tmp_path / "run"))
+  try:
+    assert time.monotonic() - started >= LEASE
+    holder = f"host {other.get('host', socket.gethostname())}, pid {os.getpid()}, since "
+    assert capsys.readouterr().out.splitlines() == [
+        f"{tmp_path}/run: waiting up to {LEASE:.0f} s for the lease of {holder}2026-01-02 "
+        "03:04:05 UTC, command: python run_pretraining.py x to lapse"]
+    assert line == (f"Took over the lock {path} of a run that did not renew its lease for "
+                    f"{LEASE:.0f} s ({holder}2026-01-02 03:04:05 UTC, command: python "
+                    "run_pretraining.py x)")
+    assert json.loads(path.read_text())["run"] == lock_lease.RUN_ID
+  finally:
+    folder_lock.release(str(tmp_path / "run"))
 
 
 def test_a_live_holder_is_refused_and_a_reused_pid_is_not_taken_for_it(tmp_path):
   parent = os.getppid()
-  start = folder_lock._proc_start(parent)
-  _lock(tmp_path / "live", pid=parent, start=start)
-  with pytest.raises(folder_lock.FolderLockedError, match="is in use by another run"):
-    folder_lock.acquire(str(tmp_path / "live"))
+  start = lock_lease.proc_start(parent)
+  with procs.renewed_lock(tmp_path / "live" / folder_lock.LOCK_NAME, pid=parent, start=start):
+    with pytest.raises(folder_lock.FolderLockedError, match="is in use by another run"):
+      folder_lock.acquire(str(tmp_path / "live"))
   _lock(tmp_path / "reused", pid=parent, start=str(int(start) + 1))  # same pid, other process
+  started = time.monotonic()
   note = folder_lock.acquire(str(tmp_path / "reused"))
-  assert note.startswith(f"Took over the lock {tmp_path}/reused/{folder_lock.LOCK_NAME} ")
+  assert time.monotonic() - started < 1  # provably dead: at once, no lease to wait for
+  assert note.startswith(f"Took over the lock {tmp_path}/reused/{folder_lock.LOCK_NAME} of a run "
+                         "that ended without releasing it")
   assert json.loads((tmp_path / "reused" / folder_lock.LOCK_NAME).read_text())["pid"] == (
       os.getpid())
   assert folder_lock.acquire(str(tmp_path / "reused")) is None  # again: this process's
@@ -112,18 +147,17 @@ def test_a_takeover_in_progress_elsewhere_is_not_joined(tmp_path, monkeypatch):
   monkeypatch.setattr(folder_lock, "_TRIES", 3)
   with pytest.raises(folder_lock.FolderLockedError, match=r"\.takeover stayed unreadable or busy"):
     folder_lock.acquire(str(tmp_path / "run"))
-  assert json.loads(path.read_text())["token"] == "other"
+  assert json.loads(path.read_text())["run"] == "other"
 
 
 def test_restart_does_not_move_a_folder_another_run_uses(tmp_path):
   from electra_tf.training import restart
 
   model_dir = tmp_path / "run"
-  parent = os.getppid()
-  _lock(model_dir, pid=parent, start=folder_lock._proc_start(parent))
-  (model_dir / "checkpoint").write_text('model_checkpoint_path: "ckpt-1"\n')
-  with pytest.raises(folder_lock.FolderLockedError, match="is in use by another run"):
-    restart.move_aside(str(model_dir))
+  with procs.renewed_lock(model_dir / folder_lock.LOCK_NAME):
+    (model_dir / "checkpoint").write_text('model_checkpoint_path: "ckpt-1"\n')
+    with pytest.raises(folder_lock.FolderLockedError, match="is in use by another run"):
+      restart.move_aside(str(model_dir))
   assert (model_dir / "checkpoint").exists()
   (model_dir / folder_lock.LOCK_NAME).unlink()  # that run ended, releasing it
   assert restart.move_aside(str(model_dir)) == f"{model_dir}.before-restart-1"
@@ -168,7 +202,7 @@ def test_of_runs_starting_at_once_exactly_one_gets_the_lock(tmp_path, dead_holde
     _lock(folder, pid=2**22 + 1)
   at = time.time() + 1.5
   starters = [subprocess.Popen([sys.executable, "-c", _STARTER, str(folder), str(at)],
-                               cwd=pathlib.Path(__file__).parent.parent, stdout=subprocess.PIPE,
+                               cwd=REPO, stdout=subprocess.PIPE,
                                stderr=subprocess.STDOUT, text=True) for _ in range(6)]
   said = sorted(procs.finish(p).strip() for p in starters)
   assert said == ["got"] + ["refused"] * 5, said
@@ -176,19 +210,19 @@ def test_of_runs_starting_at_once_exactly_one_gets_the_lock(tmp_path, dead_holde
 
 
 def _other_process_acquires(folder: pathlib.Path) -> str:
-  return subprocess.run([sys.executable, "-c", _STARTER, str(folder), "0"],
-                        cwd=pathlib.Path(__file__).parent.parent, capture_output=True,
-                        text=True, check=True).stdout.strip()
+  return subprocess.run([sys.executable, "-c", _STARTER, str(folder), "0"], cwd=REPO,
+                        capture_output=True, text=True, check=True).stdout.strip()
 
 
-def test_a_lock_copied_with_its_folder_is_no_lock_on_the_copy(tmp_path):
-  """`cp -r` of a folder a live run holds: the copy is free, the original still held."""
+def test_a_lock_copied_with_its_folder_is_a_lock_nobody_renews(tmp_path):
+  """`cp -r` of a folder a live run holds: the copy's lock lapses, the original is renewed."""
   original = tmp_path / "run"
   assert folder_lock.acquire(str(original)) is None
   copy = tmp_path / "copy"
   shutil.copytree(original, copy)
+  started = time.monotonic()
   out = _other_process_acquires(copy)
-  assert out == "got", out
+  assert out == "got" and time.monotonic() - started >= LEASE, out
   assert _other_process_acquires(original).startswith("refused"), "the original lost its lock"
   folder_lock.release(str(original))
 
@@ -203,7 +237,7 @@ def test_a_lock_a_power_cut_left_unreadable_is_taken_over_with_one_line(tmp_path
   try:
     assert line is not None and line.startswith(f"Took over the lock {folder}/.run.lock, left "
                                                 f"unreadable ({len(damage)} bytes)"), line
-    assert "\n" not in line and time.monotonic() - started < 5
+    assert "\n" not in line and LEASE <= time.monotonic() - started < LEASE + 2
     assert json.loads((folder / folder_lock.LOCK_NAME).read_text())["pid"] == os.getpid()
   finally:
     folder_lock.release(str(folder))
@@ -222,3 +256,64 @@ def test_a_second_pretraining_run_is_refused_in_its_first_line(tmp_path):
   assert done.returncode == 1 and len(lines) == 1, lines
   assert lines[0].startswith(f"run_pretraining.py: error: {model_dir} is in use by another run "
                              f"(host {socket.gethostname()}, pid {os.getpid()},"), lines
+
+
+_HOLDER = """
+import sys, time
+from electra_tf import folder_lock
+folder_lock.acquire(sys.argv[1])
+print("got", flush=True)
+time.sleep(float(sys.argv[2]))
+"""
+
+
+def _unshare_permitted(*flags: str) -> bool:
+  return subprocess.run(["unshare", *flags, "true"], capture_output=True).returncode == 0
+
+
+def test_a_second_run_through_a_bind_mount_is_refused_and_touches_nothing(tmp_path):
+  """The same folder by another path (another host's mount, a container's): refused while the
+  first run renews its lease; its save in progress is not cleaned away."""
+  if not _unshare_permitted("-m"):
+    pytest.skip("unshare -m is not permitted here (needs root or user namespaces)")
+  model_dir, mount = tmp_path / "run", tmp_path / "mnt"
+  mount.mkdir()
+  first = _toy(model_dir, "--num_train_steps", "100000", "--step_sleep", "0.02")
+  try:
+    _wait_for(lambda: list(model_dir.glob("ckpt-10.index")), first)
+    saving = model_dir / "ckpt-99999_temp"  # a save of the first run, in progress
+    saving.mkdir()
+    (saving / "part-00000-of-00001.data-00000-of-00001").write_bytes(b"x")
+    second = subprocess.run(
+        ["unshare", "-m", "sh", "-c", 'mount --bind "$1" "$2" && exec "$3" "$4" --model_dir "$2" '
+         "--num_train_steps 5", "sh", str(model_dir), str(mount), sys.executable, str(TOY)],
+        env=ENV, capture_output=True, text=True, timeout=300)
+    assert second.returncode == 1, (second.stdout, second.stderr)
+    assert second.stderr.splitlines()[-1].startswith(
+        f"toy_train.py: error: {mount} is in use by another run (host {socket.gethostname()}, "
+        f"pid {first.pid}, "), second.stderr
+    assert saving.exists() and first.poll() is None
+    assert json.loads((model_dir / folder_lock.LOCK_NAME).read_text())["pid"] == first.pid
+  finally:
+    first.kill()
+    procs.finish(first)
+
+
+def test_a_holder_in_another_pid_namespace_is_not_taken_over_while_it_renews(tmp_path):
+  """Same host, other PID namespace (hostNetwork pods): its pid means nothing here."""
+  if not _unshare_permitted("-pf", "--mount-proc"):
+    pytest.skip("unshare -pf --mount-proc is not permitted here (needs root)")
+  folder = tmp_path / "run"
+  holder = subprocess.Popen(["unshare", "-pf", "--mount-proc", sys.executable, "-c", _HOLDER,
+                             str(folder), str(2 * LEASE)], cwd=REPO, env=ENV,
+                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+  try:
+    assert holder.stdout.readline().strip() == "got"
+    before = json.loads((folder / folder_lock.LOCK_NAME).read_text())
+    assert before["pidns"] != lock_lease.pid_namespace() and before["pid"] < 10
+    with pytest.raises(folder_lock.FolderLockedError, match="is in use by another run"):
+      folder_lock.acquire(str(folder))
+    assert json.loads((folder / folder_lock.LOCK_NAME).read_text())["run"] == before["run"]
+  finally:
+    procs.finish(holder)
+  assert holder.returncode == 0

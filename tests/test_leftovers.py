@@ -104,3 +104,61 @@ def test_an_unknown_dev_label_fails_before_training(tmp_path, vocab_file, capsys
   with pytest.raises(ValueError, match=r"dev\.csv.*unknown label 'neutral'"):
     run_finetuning(config)
   assert "Start training" not in capsys.readouterr().out
+
+
+_WRITE = ("import sys\nfrom electra_tf import atomic_io\n"
+          "atomic_io.write_text(sys.argv[1], 'new')\n")
+
+
+def test_a_writer_elsewhere_keeps_its_temp_file_until_it_is_older_than_the_lease(tmp_path):
+  """Workers on shared storage write the same names: another host's temp file (another host
+  key, modified within the lease) is not another process's to delete; an old one is."""
+  target = tmp_path / "hparams.json"
+  live = tmp_path / ".hparams.json.tmp-4242-0b0c0d0e-0a1b2c3d"  # pid 4242 means nothing here
+  live.write_text("{")
+  old = tmp_path / ".hparams.json.tmp-4243-0b0c0d0e-0a1b2c3e"
+  old.write_text("{")
+  os.utime(old, (os.path.getmtime(old) - 61,) * 2)  # untouched longer than the 60 s lease
+  env = {**ENV, "ELECTRA_LOCK_LEASE_SECONDS": "60"}
+  subprocess.run([sys.executable, "-c", _WRITE, str(target)], env=env, check=True, timeout=120)
+  assert target.read_text() == "new"
+  assert live.exists() and not old.exists()
+
+
+def test_a_process_without_the_folders_lock_deletes_nothing_there(tmp_path):
+  """Only the lock's holder (the chief) cleans a locked folder: a leftover of a dead writer of
+  this host stays while another run holds the lock, and goes with the holder's next write."""
+  dead = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"],
+                        capture_output=True, text=True, check=True).stdout.strip()
+  leftover = tmp_path / f".hparams.json.tmp-{dead}-{atomic_io._HOST}-0a1b2c3d"
+  leftover.write_text("{")
+  holder = subprocess.Popen([sys.executable, "-c", "import sys\n"
+                             "from electra_tf import atomic_io, folder_lock\n"
+                             "folder_lock.acquire(sys.argv[1]); print('got', flush=True)\n"
+                             "sys.stdin.readline()\n"
+                             "atomic_io.write_text(sys.argv[1] + '/hparams.json', 'chief')\n",
+                             str(tmp_path)],
+                            env=ENV, stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+  try:
+    assert holder.stdout.readline().strip() == "got"
+    subprocess.run([sys.executable, "-c", _WRITE, str(tmp_path / "hparams.json")], env=ENV,
+                   check=True, timeout=120)  # a worker's write
+    assert leftover.exists()
+    holder.communicate("go\n", timeout=120)  # the chief's write
+  finally:
+    if holder.poll() is None:
+      holder.kill()
+      holder.communicate()
+  assert not leftover.exists() and (tmp_path / "hparams.json").read_text() == "chief"
+
+
+def test_a_live_workers_scratch_folder_is_not_removed_at_start(tmp_path):
+  live = tmp_path / "worker_tmp_1-0a1b2c3d"  # a worker of a run elsewhere, saving
+  live.mkdir(parents=True)
+  (live / "ckpt-5.index").write_bytes(b"x")
+  ended = tmp_path / "worker_tmp_2-0a1b2c3e"  # a worker that was killed in a save long ago
+  ended.mkdir()
+  os.utime(ended, (os.path.getmtime(ended) - 61,) * 2)
+  toy_train.run(training.get_strategy("one_device", num_gpus=0), str(tmp_path), 10,
+                log_fn=lambda line: None)
+  assert (live / "ckpt-5.index").exists() and not ended.exists()

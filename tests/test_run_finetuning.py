@@ -3,6 +3,7 @@ train a few steps, evaluate, write results / weights / test outputs; bad input e
 
 import json
 import os
+import pathlib
 import pickle
 import socket
 import subprocess
@@ -11,9 +12,10 @@ import sys
 import numpy as np
 import pytest
 import tensorflow as tf
+from helpers import procs
 
 import run_finetuning as rf
-from electra_tf import folder_lock
+from electra_tf import folder_lock, lock_lease
 from electra_tf.config import FinetuningConfig
 from electra_tf.finetuning import outputs, registry
 from electra_tf.finetuning.builtin import tfds_glue
@@ -182,15 +184,11 @@ def test_a_second_run_on_the_same_model_dir_is_refused(data_root, vocab_file, tm
   config = _config(data_root, vocab_file, task_names=["rte"], num_trials=2,
                    preprocessed_data_dir=str(tmp_path / "tfrecords"),
                    model_dir=str(tmp_path / "rte_model"))
-  lock = os.path.join(config.model_dir + "_trials", folder_lock.LOCK_NAME)
-  os.makedirs(os.path.dirname(lock))
-  holder = {"host": socket.gethostname(), "pid": os.getppid(),
-            "start": folder_lock._proc_start(os.getppid()), "since": "2026-01-02 03:04:05 UTC",
-            "command": "python run_finetuning.py x", "token": "other"}
-  with open(lock, "w") as f:
-    json.dump(holder, f)
-  with pytest.raises(folder_lock.FolderLockedError) as err:
-    rf.run_finetuning(config)
+  lock = pathlib.Path(config.model_dir + "_trials", folder_lock.LOCK_NAME)
+  with procs.renewed_lock(lock, pid=os.getppid(), start=lock_lease.proc_start(os.getppid()),
+                          command="python run_finetuning.py x"):  # a live run renewing it
+    with pytest.raises(folder_lock.FolderLockedError) as err:
+      rf.run_finetuning(config)
   assert str(err.value) == (
       f"{config.model_dir}_trials is in use by another run (host {socket.gethostname()}, pid "
       f"{os.getppid()}, since 2026-01-02 03:04:05 UTC, command: python run_finetuning.py x); "

@@ -12,11 +12,12 @@ import glob
 import os
 import re
 import shutil
+import time
 
 import numpy as np
 import tensorflow as tf
 
-from electra_tf import checkpoints
+from electra_tf import checkpoints, lock_lease
 from electra_tf.training import input_state
 
 _TEMP_DIR_RE = re.compile(r"^ckpt-(\d+)_temp$")
@@ -240,6 +241,25 @@ def remove_stale_temp_dirs(model_dir: str) -> list[str]:
   for name in sorted(os.listdir(model_dir)):
     path = os.path.join(model_dir, name)
     if _TEMP_DIR_RE.match(name) and os.path.isdir(path):
+      shutil.rmtree(path, ignore_errors=True)
+      removed.append(path)
+  return removed
+
+
+def remove_stale_worker_dirs(model_dir: str) -> list[str]:
+  """Deletes the scratch folders (`worker_tmp_<task>-<run>/`) of non-chief workers that ended
+  (killed in a save): those not modified for longer than the lock's lease, so a live worker's
+  folder is never touched. Called by the chief, under model_dir's lock; local model_dir only."""
+  if "://" in model_dir or not os.path.isdir(model_dir):
+    return []
+  removed = []
+  for name in sorted(os.listdir(model_dir)):
+    path = os.path.join(model_dir, name)
+    try:
+      age = time.time() - os.stat(path).st_mtime
+    except OSError:
+      continue
+    if name.startswith("worker_tmp_") and age > lock_lease.lease_seconds():
       shutil.rmtree(path, ignore_errors=True)
       removed.append(path)
   return removed

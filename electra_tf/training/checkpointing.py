@@ -39,12 +39,13 @@ from collections.abc import Callable
 
 import tensorflow as tf
 
-from electra_tf import atomic_io, checkpoints, folder_lock
+from electra_tf import atomic_io, checkpoints, folder_lock, lock_lease
 from electra_tf.console import error_line
 from electra_tf.training import checkpoint_files, input_state
 from electra_tf.training.checkpoint_files import (
   complete_checkpoints,
   remove_stale_temp_dirs,
+  remove_stale_worker_dirs,
   repair_state_file,
   step_of,
 )
@@ -217,7 +218,8 @@ class CheckpointKeeper:
     self.model_dir = model_dir
     self.checkpoint = checkpoint
     self.is_chief = is_chief
-    self.save_dir = model_dir if is_chief else os.path.join(model_dir, f"worker_tmp_{task_id}")
+    self.save_dir = model_dir if is_chief else os.path.join(  # unique: a folder of its own
+        model_dir, f"worker_tmp_{task_id}-{lock_lease.RUN_ID[:8]}")
     self._max_to_keep = (max_to_keep or None) if is_chief else 1
     self._manager = self._new_manager()
     self.input: input_state.InputState | None = None  # saved beside each checkpoint if set
@@ -237,6 +239,7 @@ class CheckpointKeeper:
       notes = [line for line in [self._lock(bytes_per_checkpoint)] if line]
       notes += [f"Removed {p}, left by a save that was interrupted"
                 for p in remove_stale_temp_dirs(self.model_dir)]
+      remove_stale_worker_dirs(self.model_dir)  # scratch folders of workers that ended
       notes += checkpoint_files.finish_interrupted(self.model_dir)
       input_state.prune(self.model_dir, set(map(step_of, complete_checkpoints(self.model_dir))))
     try:
@@ -251,7 +254,7 @@ class CheckpointKeeper:
         notes.append(repaired)
         self._manager = self._new_manager()  # it read the old state file
     else:
-      tf.io.gfile.rmtree(self.save_dir)  # recreated by each save, deleted after it
+      tf.io.gfile.rmtree(self.save_dir)  # this worker's own; recreated by each save
     return notes
 
   def _lock(self, bytes_per_checkpoint: int) -> str | None:
@@ -338,6 +341,8 @@ class CheckpointKeeper:
   def save(self, step: int) -> str:
     """Writes the checkpoint for `step`; returns its prefix (the scratch one on non-chiefs).
     On the chief, durable (see the module doc) before the older checkpoints are deleted."""
+    if self.is_chief:
+      folder_lock.check_held(self.model_dir)  # a run that lost its lease writes nothing more
     durable = self.is_chief and "://" not in self.save_dir
     unsynced: list[str] = []  # the prefix while its complete files are being fsynced
 

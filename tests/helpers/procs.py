@@ -3,13 +3,18 @@
 from __future__ import annotations
 
 import codecs
+import contextlib
+import json
 import os
 import pathlib
 import re
 import select
 import signal
+import socket
 import subprocess
+import threading
 import time
+from collections.abc import Iterator
 
 import pytest
 
@@ -70,3 +75,36 @@ def took_over_lock(line: str, folder: object) -> bool:
   `folder` (folder_lock.py)."""
   return line.startswith(f"Took over the lock {folder}/.run.lock of a run that ended without "
                          "releasing it (host ")
+
+
+@contextlib.contextmanager
+def renewed_lock(path: pathlib.Path | str, every: float = 0.2, **fields) -> Iterator[dict]:
+  """A lock file `path` (local or `ram://`) held by a live run that renews its lease
+  (folder_lock.py): written with `fields` (another run id, this host's name, this process's pid
+  unless given), its `beat` raised every `every` s by a thread until the block ends."""
+  from electra_tf import atomic_io, lock_lease
+
+  holder = {"run": "other", "beat": 0, "host": socket.gethostname(), "pid": os.getpid(),
+            "start": lock_lease.proc_start(os.getpid()), "boot": lock_lease.boot_id(),
+            "pidns": lock_lease.pid_namespace(), "since": "2026-01-02 03:04:05 UTC",
+            "command": "python run_pretraining.py x", **fields}
+  path = str(path)
+  if "://" in path:
+    atomic_io._gfile().makedirs(os.path.dirname(path))
+  else:
+    os.makedirs(os.path.dirname(path), exist_ok=True)
+  lock_lease.write_whole(path, json.dumps(holder).encode())
+  done = threading.Event()
+
+  def beat() -> None:
+    while not done.wait(every):
+      holder["beat"] += 1
+      lock_lease.write_whole(path, json.dumps(holder).encode())
+
+  thread = threading.Thread(target=beat, daemon=True)
+  thread.start()
+  try:
+    yield holder
+  finally:
+    done.set()
+    thread.join()
