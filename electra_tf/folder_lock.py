@@ -173,6 +173,7 @@ def acquire(folder: str) -> str | None:
       if watched is not None and holder is not None:  # renewed, or taken by another run
         raise _in_use(folder, holder)
       if watched is not None:  # being rewritten (a remote write shows in parts): look again
+        tries += 1
         time.sleep(poll)
         continue
       watched, since = raw, time.monotonic()

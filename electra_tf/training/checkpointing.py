@@ -25,7 +25,9 @@ fsynced (before TensorFlow rewrites the state file and deletes the checkpoints b
 checkpoint readable (see atomic_io for what is not promised).
 
 One run per model_dir: the chief holds model_dir's lock (folder_lock.py) from `check`, before
-it deletes anything there, until the process ends.
+it deletes anything there, until the process ends, and checks it before each save (a run whose
+lease was taken stops with one line, writing nothing). Non-chief workers save to a scratch
+folder of their own (`worker_tmp_<task>-<run>/`) and delete nothing else.
 """
 
 from __future__ import annotations
