@@ -157,10 +157,11 @@ def _lease() -> float:
 
 
 def _writer_alive(suffix: str, modified: float | None) -> bool:
-  """Whether the temp name's writer (``<pid>-<host key>-...``) may still write it: this
-  process, another live process of this host, or a writer elsewhere (another host key) whose
-  file changed within the lock's lease ($ELECTRA_LOCK_LEASE_SECONDS, default 60 s). A name
-  without a key (``<pid>-<random>``) is judged by its pid here."""
+  """Whether the temp name's writer (``<pid>-<host key>-...``) may still write it: another
+  live process of this host (not this one: its own are left by its failed writes), or a writer
+  elsewhere (another host key) whose file changed within the lock's lease
+  ($ELECTRA_LOCK_LEASE_SECONDS, default 60 s). A name without a key (``<pid>-<random>``, as
+  earlier versions wrote) is judged by its pid here."""
   parts = suffix.split("-")
   pid = parts[0]
   if len(parts) >= 3 and parts[1] != _HOST:
@@ -168,7 +169,7 @@ def _writer_alive(suffix: str, modified: float | None) -> bool:
   if not pid.isdigit():
     return False
   if int(pid) == os.getpid():
-    return len(parts) >= 3  # this process's own write in progress (a thread's)
+    return False  # this process's own: an earlier write of it that failed, or staged_dir's old
   try:
     os.kill(int(pid), 0)
   except ProcessLookupError:

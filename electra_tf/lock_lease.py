@@ -217,9 +217,11 @@ def lost_line(path: str, holder: str) -> str:
 def check_write(target: str) -> None:
   """Raises LostLockError (one line) when `target` lies in a folder whose lock this process
   held and another run took; one small read of the lock per held folder it lies in."""
-  target = target.rstrip("/")
+  local = "://" not in target
+  target = os.path.abspath(target) if local else target.rstrip("/")
   for path in list(held) + list(lost):
     folder = os.path.dirname(path)
+    folder = os.path.abspath(folder) if local else folder.rstrip("/")
     if not (target == folder or target.startswith(folder + "/")):
       continue
     if path in lost:
