@@ -20,12 +20,22 @@ ALLOWED = {"absl-py", "ai-edge-litert", "electra-tf", "numpy", "flatbuffers", "m
 def _package_copy(dest):
   """What an install of the project reads, copied so the build leaves nothing in the repo."""
   dest.mkdir()
-  for name in ("pyproject.toml", "requirements.txt", "requirements-device.txt",
-               "run_pretraining.py", "run_finetuning.py"):
+  for name in ("pyproject.toml", "requirements.txt", "requirements-device.txt", "LICENSE",
+               "NOTICE", "run_pretraining.py", "run_finetuning.py"):
     shutil.copy(REPO_ROOT / name, dest / name)
   shutil.copytree(REPO_ROOT / "electra_tf", dest / "electra_tf",
                   ignore=shutil.ignore_patterns("__pycache__"))
   return dest
+
+
+def _assert_licence_installed(venv):
+  """The wheel carries the Apache-2.0 licence: its SPDX expression, LICENSE and NOTICE."""
+  (info,) = venv.glob("lib/python*/site-packages/electra_tf-*.dist-info")
+  metadata = (info / "METADATA").read_text(encoding="utf-8").splitlines()
+  assert "License-Expression: Apache-2.0" in metadata
+  assert {"License-File: LICENSE", "License-File: NOTICE"} <= set(metadata)
+  for name in ("LICENSE", "NOTICE"):
+    assert (info / "licenses" / name).read_bytes() == (REPO_ROOT / name).read_bytes()
 
 
 @pytest.mark.slow  # 38 s to 77 s here under load: the venv and the install
@@ -42,6 +52,7 @@ def test_device_extra_installs_light_and_predicts_with_tflite(tiny_litert_export
   names = {line.split("==")[0].lower().replace("_", "-").replace(".", "-") for line in listed}
   assert names <= ALLOWED, sorted(names - ALLOWED)
   assert {"numpy", "absl-py", "ai-edge-litert", "electra-tf"} <= names
+  _assert_licence_installed(venv)
 
   rows = tmp_path / "rows.csv"
   rows.write_text("text_a,text_b,label\nA man plays.,A man is playing.,entailment\n"
