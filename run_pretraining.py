@@ -65,6 +65,7 @@ from electra_tf import console  # noqa: I001 -- quiet_logs, use_tf_keras before 
 
 if __name__ == "__main__":
   console.quiet_logs(sys.argv)
+  console.require_tensorflow("run_pretraining.py")  # a device install: one line, no traceback
 console.use_tf_keras()
 
 from absl import flags  # noqa: E402

@@ -16,6 +16,7 @@ C++ log level and the Keras choice from the environment at import), then ``run(m
 from __future__ import annotations
 
 import contextlib
+import importlib.util
 import json
 import logging
 import os
@@ -84,6 +85,37 @@ def wrapped(label: str, items: Sequence[str], width: int = WIDTH) -> list[str]:
       lines.append("   ")
     lines[-1] += piece
   return lines
+
+
+TRAIN_EXTRA = 'pip install ".[train]"'  # TensorFlow & co. (requirements.txt), from a checkout
+
+
+class MissingExtra(ImportError):
+  """What was asked needs a package of an extra this install left out (``.[device]`` has no
+  TensorFlow); its message names the extra's install command and stands as the error line."""
+
+
+def has_tensorflow() -> bool:
+  """Whether TensorFlow is installed (a ``.[device]`` install leaves it out); nothing loads."""
+  try:
+    return importlib.util.find_spec("tensorflow") is not None
+  except (ImportError, ValueError):  # a broken or half-removed install counts as missing
+    return False
+
+
+def needs_tensorflow(what: str) -> MissingExtra:
+  """The error for ``what`` (``this command``, ``--model x, a SavedModel,``) without
+  TensorFlow: one line naming the extra to install."""
+  return MissingExtra(f"{what} needs TensorFlow, which this install lacks (the device extra "
+                      f"runs only .tflite models): {TRAIN_EXTRA}")
+
+
+def require_tensorflow(prog: str) -> None:
+  """Ends the program with ``<prog>: error: this command needs TensorFlow ...: pip install
+  ".[train]"`` (status 1, as any error) when TensorFlow is not installed, before anything
+  imports it: a device install's training and conversion commands, ``--help`` included."""
+  if not has_tensorflow():
+    sys.exit(f"{prog}: error: {needs_tensorflow('this command')}")
 
 
 def venv_command(script: str, module: str) -> str:
@@ -271,7 +303,8 @@ def error_line(error: BaseException, name_type: bool = True) -> str:
   """The first non-blank line of an exception's message (its type's name if it has none).
 
   ``name_type``: the type is named in front when the message may not say what went wrong on
-  its own (any type but ValueError, FileNotFoundError, FileExistsError, PermissionError), as
+  its own (any type but ValueError, FileNotFoundError, FileExistsError, PermissionError,
+  MissingExtra), as
   a program's error line does; without it the line is quoted as it stands, inside another one.
   """
   message = getattr(error, "message", None) or str(error)
@@ -279,7 +312,7 @@ def error_line(error: BaseException, name_type: bool = True) -> str:
   if not first:
     return type(error).__name__
   if not name_type or isinstance(
-      error, ValueError | FileNotFoundError | FileExistsError | PermissionError):
+      error, ValueError | FileNotFoundError | FileExistsError | PermissionError | MissingExtra):
     return first
   return f"{type(error).__name__}: {first}"
 

@@ -16,6 +16,7 @@ from electra_tf import console, early_interrupt
 if __name__ == "__main__":
   early_interrupt.install()
   console.quiet_logs(sys.argv)  # before TensorFlow loads
+  console.require_tensorflow("convert")  # a device install: one line, no traceback
   console.use_tf_keras()
   from electra_tf.interop import conversion
 

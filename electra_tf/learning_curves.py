@@ -165,6 +165,8 @@ def main(argv: Sequence[str] | None = None) -> None:
   with console.one_line_errors("learning_curves", args.verbose):
     if not glob.glob(os.path.join(args.model_dir, "events.out.tfevents.*")):
       raise FileNotFoundError(f"no TensorBoard event files in {args.model_dir}")
+    if not console.has_tensorflow():  # reading event files needs it
+      raise console.needs_tensorflow("reading TensorBoard event files")
     train = read_scalars(args.model_dir)
     evaluation = read_scalars(os.path.join(args.model_dir, "eval"))
     console.log(text_table(train, args.rows))

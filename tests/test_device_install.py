@@ -1,16 +1,24 @@
 """The device install: ``pip install ".[device]"`` into a fresh venv brings numpy, absl-py,
 the LiteRT interpreter and this package, no TensorFlow, and ``electra-predict`` labels a CSV
 with an int8 ``.tflite`` there. A real install from the package index (pip's cache makes it a
-few seconds), not imports blocked inside the test venv."""
+few seconds), not imports blocked inside the test venv.
+
+The other commands there, fast: Python without its site-packages (``-S``) and a folder of
+links to only the device extra's packages, so TensorFlow is absent as in that install. Each
+command runs (``--help``) or ends in one line naming the extra it needs."""
 
 import csv
+import os
 import shutil
 import subprocess
 import sys
+import sysconfig
 
 import pytest
 from helpers import tiny_litert
 from helpers.paths import REPO_ROOT
+
+from electra_tf import commands, console
 
 # ai-edge-litert's own requirements come along; nothing of TensorFlow does
 ALLOWED = {"absl-py", "ai-edge-litert", "electra-tf", "numpy", "flatbuffers", "ml-dtypes",
@@ -20,12 +28,22 @@ ALLOWED = {"absl-py", "ai-edge-litert", "electra-tf", "numpy", "flatbuffers", "m
 def _package_copy(dest):
   """What an install of the project reads, copied so the build leaves nothing in the repo."""
   dest.mkdir()
-  for name in ("pyproject.toml", "requirements.txt", "requirements-device.txt",
-               "run_pretraining.py", "run_finetuning.py"):
+  for name in ("pyproject.toml", "requirements.txt", "requirements-device.txt", "LICENSE",
+               "NOTICE", "run_pretraining.py", "run_finetuning.py"):
     shutil.copy(REPO_ROOT / name, dest / name)
   shutil.copytree(REPO_ROOT / "electra_tf", dest / "electra_tf",
                   ignore=shutil.ignore_patterns("__pycache__"))
   return dest
+
+
+def _assert_licence_installed(venv):
+  """The wheel carries the Apache-2.0 licence: its SPDX expression, LICENSE and NOTICE."""
+  (info,) = venv.glob("lib/python*/site-packages/electra_tf-*.dist-info")
+  metadata = (info / "METADATA").read_text(encoding="utf-8").splitlines()
+  assert "License-Expression: Apache-2.0" in metadata
+  assert {"License-File: LICENSE", "License-File: NOTICE"} <= set(metadata)
+  for name in ("LICENSE", "NOTICE"):
+    assert (info / "licenses" / name).read_bytes() == (REPO_ROOT / name).read_bytes()
 
 
 @pytest.mark.slow  # 38 s to 77 s here under load: the venv and the install
@@ -42,6 +60,7 @@ def test_device_extra_installs_light_and_predicts_with_tflite(tiny_litert_export
   names = {line.split("==")[0].lower().replace("_", "-").replace(".", "-") for line in listed}
   assert names <= ALLOWED, sorted(names - ALLOWED)
   assert {"numpy", "absl-py", "ai-edge-litert", "electra-tf"} <= names
+  _assert_licence_installed(venv)
 
   rows = tmp_path / "rows.csv"
   rows.write_text("text_a,text_b,label\nA man plays.,A man is playing.,entailment\n"
@@ -61,3 +80,63 @@ def test_device_extra_installs_light_and_predicts_with_tflite(tiny_litert_export
   check = subprocess.run([venv / "bin/python", "-c", "import tensorflow"], capture_output=True,
                          text=True, env=env)
   assert check.returncode != 0 and "No module named 'tensorflow'" in check.stderr
+
+
+# what `.[device]` installs, as importable names (numpy.libs: numpy's own shared libraries;
+# google: protobuf, which the interpreter needs)
+DEVICE_IMPORTS = ("numpy", "numpy.libs", "absl", "ai_edge_litert", "flatbuffers", "ml_dtypes",
+                  "google", "tqdm", "typing_extensions.py")
+NEEDS_TRAIN = {"electra-pretrain": "run_pretraining.py", "electra-finetune": "run_finetuning.py",
+               "electra-convert": "convert"}
+
+
+def _without_tensorflow(tmp_path):
+  """Runs ``electra-<name> args`` (the console script's entry function) with only the device
+  extra's packages importable."""
+  site = tmp_path / "device_site"
+  site.mkdir()
+  purelib = sysconfig.get_paths()["purelib"]
+  for name in DEVICE_IMPORTS:
+    if os.path.exists(f"{purelib}/{name}"):
+      (site / name).symlink_to(f"{purelib}/{name}")
+  env = {"PATH": "/usr/bin:/bin", "HOME": str(tmp_path), "PYTHONPATH": f"{site}:{REPO_ROOT}"}
+
+  def run(script, *args):
+    code = (f"from electra_tf import commands; import sys; sys.argv[0] = {script!r}; "
+            f"commands.{script.removeprefix(commands.PREFIX)}()")
+    return subprocess.run([sys.executable, "-S", "-c", code, *map(str, args)], cwd=tmp_path,
+                          env=env, capture_output=True, text=True, timeout=120)
+  return run
+
+
+def _one_line(proc, prog, what="this command"):
+  assert (proc.returncode, proc.stdout) == (1, ""), proc.stderr[-3000:]
+  assert proc.stderr.splitlines() == [f"{prog}: error: {console.needs_tensorflow(what)}"]
+  assert 'pip install ".[train]"' in proc.stderr
+
+
+def test_each_command_without_tensorflow_runs_or_names_the_extra(tmp_path):
+  run = _without_tensorflow(tmp_path)
+  check = subprocess.run([sys.executable, "-S", "-c", "import tensorflow"], capture_output=True,
+                         text=True, env={"PYTHONPATH": str(tmp_path / "device_site")})
+  assert "No module named 'tensorflow'" in check.stderr
+  assert set(NEEDS_TRAIN) < set(commands.COMMANDS)
+  for script in commands.COMMANDS:
+    proc = run(script, "--help")
+    if script in NEEDS_TRAIN:
+      _one_line(proc, NEEDS_TRAIN[script])
+    else:  # runs: its help (absl's --help exits 1, argparse's 0)
+      assert "--model" in proc.stdout and "Traceback" not in proc.stderr, proc.stderr[-3000:]
+
+  rows = tmp_path / "rows.csv"
+  rows.write_text("text_a,label\nA man plays.,1\n", encoding="utf-8")
+  saved_model = tmp_path / "saved_model"
+  saved_model.mkdir()
+  proc = run("electra-predict", f"--model={saved_model}", f"--input={rows}",
+             f"--output={tmp_path / 'out.csv'}")
+  _one_line(proc, "predict", f"--model {saved_model}, a SavedModel or model directory,")
+  events = tmp_path / "run"
+  events.mkdir()
+  (events / "events.out.tfevents.1").write_bytes(b"")
+  _one_line(run("electra-curves", f"--model_dir={events}"), "learning_curves",
+            "reading TensorBoard event files")

@@ -170,7 +170,7 @@ def test_full_chunk_test_split(shared_data_dir, full_tokenizer):
   _check_chunk_test_split(shared_data_dir / "chunk", full_tokenizer, 2012, 42)
 
 
-def test_tagging_official_truncation_budget(tokenizer, tmp_path):
+def test_tagging_truncation_budget_worked_by_hand(tokenizer, tmp_path):
   """The official check counts all words plus tokens so far: 100 one-piece words in 128
   tokens stop once 102 + len(ids) + 1 > 128, i.e. after [CLS] + 25 words, then [SEP]."""
   ex = tagging.TaggingExample(0, "chunk", ["the"] * 100, [5] * 100)

@@ -288,7 +288,7 @@ def test_layerwise_learning_rates_reach_the_right_variables(vocab_file, heads_di
                                err_msg=name)
 
 
-def test_num_train_steps_is_official():
+def test_num_train_steps_worked_by_hand():
   assert model_lib.num_train_steps(96, 32, 3.0) == 9
   assert model_lib.num_train_steps(96, 32, 2.5) == 7  # int(3 * 2.5)
   with pytest.raises(ValueError, match="no training steps"):

@@ -140,7 +140,7 @@ def test_squad_v1_and_mrqa():
   assert r == pytest.approx({"exact_match": 0.0, "f1": 100 / 3})
 
 
-def test_span_labels_official_rules():
+def test_span_labels_rules_worked_by_hand():
   tags = ["B-NP", "I-NP", "O", "B-VP", "S-PP", "I-NP", "E-NP"]
   # an I- tag after S-PP does not open a span: it extends the one opened at 4 (type of last tag)
   assert scorers.get_span_labels(tags) == [(0, 1, "NP"), (3, 3, "VP"), (4, 6, "NP")]

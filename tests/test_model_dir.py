@@ -319,7 +319,7 @@ def test_infer_rejects_object_checkpoints_and_other_models(tmp_path):
   assert model_dir.model_hparams(str(tmp_path / "empty")) == (None, "")
 
 
-def test_fraction_prefers_official_values():
+def test_fraction_prefers_the_released_sizes():
   assert model_dir.fraction(256, 768) == 0.33333
   assert model_dir.fraction(64, 256) == 0.25
   assert model_dir.fraction(256, 256) == 1.0

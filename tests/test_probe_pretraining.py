@@ -87,7 +87,9 @@ def test_a_probed_run_killed_and_rerun_logs_draws_and_trains_as_unprobed(data_ro
   # in its interval's log line
   probe_lines = [line for line in lines if " - probe planted (dev accuracy): [CLS] " in line]
   assert probe_lines and probe_lines[-1].startswith("6/6 = 100.0%")
-  assert " ± " in probe_lines[-1] and "mean-pooled minus random init " in probe_lines[-1]
+  assert " ± " in probe_lines[-1] and re.search(
+      r"; mean-pooled 0\.\d{3} minus random init seed \d+ \(0\.\d{3}, the least favourable "
+      r"seed\): \d+ dev rows better, \d+ worse of 30, ", probe_lines[-1]), probe_lines[-1]
   assert not any(line.startswith("2/6 = ") for line in probe_lines)  # resumed after step 2
 
   curves = learning_curves.read_scalars(str(model_dir))
@@ -103,7 +105,9 @@ def test_a_probed_run_killed_and_rerun_logs_draws_and_trains_as_unprobed(data_ro
   summary = out[out.index("Summary: model probed"):]
   assert "  probe planted (dev accuracy) at step 6: [CLS]" in summary
   assert re.search(r"    above random init in [0-3] of 3 probe\(s\), steps 2-6[:;( ].* at step 6 "
-                   r"mean-pooled minus random init [+-]0\.\d{3} \[[+-]0\.\d{3}, [+-]0\.\d{3}\]: ",
+                   r"mean-pooled 0\.\d{3} minus random init seed \d+ \(0\.\d{3}, the least "
+                   r"favourable seed\): \d+ dev rows better, \d+ worse of 30, "
+                   r"[+-]0\.\d{3} \[[+-]0\.\d{3}, [+-]0\.\d{3}\]: ",
                    summary), summary
 
   with_panel, without = tmp_path / "probe.png", tmp_path / "plain.png"
@@ -222,12 +226,14 @@ def test_the_verdict_is_paired_on_mean_pooling_and_survives_a_resume(tmp_path, m
   assert (hook.history[0]["better"], hook.history[0]["worse"]) == (40, 38)
   wins = [line for line in lines if line.startswith("Probe t:")]
   assert len(wins) == 1 and wins[0].startswith(
-      "Probe t: the mean-pooled features are above random init at step 20: mean-pooled minus "
-      "random init +0.410 [+0.")
+      "Probe t: the mean-pooled features are above random init at step 20: mean-pooled 0.950 "
+      "minus random init seed 3 (0.540, the least favourable seed): 41 dev rows better, 0 worse "
+      "of 100, +0.410 [+0.")
   assert "each bound at level 0.05/4" in wins[0]
   assert hook.summary_lines()[1].startswith(
-      "    above random init in 2 of 3 probe(s), steps 10-30; at step 30 mean-pooled minus "
-      "random init +0.410 [")
+      "    above random init in 2 of 3 probe(s), steps 10-30; at step 30 mean-pooled 0.950 minus "
+      "random init seed 3 (0.540, the least favourable seed): 41 dev rows better, 0 worse of "
+      "100, +0.410 [")
 
   # a resume at step 20 keeps the probes up to 20 and drops the probe of step 30
   state = json.loads((tmp_path / "probe" / "t.json").read_text())
@@ -239,14 +245,21 @@ def test_the_verdict_is_paired_on_mean_pooling_and_survives_a_resume(tmp_path, m
   assert not [line for line in lines if line.startswith("Probe t:")]
   assert resumed.summary_lines()[1].startswith(
       "    above random init in 1 of 3 probe(s), steps 10-30 (first at step 20); at step 30 "
-      "mean-pooled minus random init +0.020 [")
+      "mean-pooled 0.560 minus random init seed 3 (0.540, the least favourable seed): 40 dev "
+      "rows better, 38 worse of 100, +0.020 [")
+  # no evidence, and the size a gain needed: 78 discordant rows at 0.05/4 need 50 better
+  # (P(X >= 50) = 0.0084 < 0.0125; 49 gives 0.0155), a gain of (50 - 28) / 100
+  assert resumed.summary_lines()[1].endswith(
+      "not above random init, which is no evidence of no gain: these rows show one only from "
+      "+0.220 (paired exact test on 100 dev rows against each random-init seed, each bound at "
+      "level 0.05/4) (docs/pretraining.md#a-downstream-probe-during-pre-training)")
   # resumed at 10 instead: the probe of step 20 is forgotten, and said again when it comes
   lines.clear()
   early = _hook(tmp_path, lines, start=10, state=json.loads(json.dumps(state)))
   _scripted(monkeypatch, [(0.90, 0.56, NOISE), (0.60, 0.95, CLEAR)])
   early(20, {})
   assert early.summary_lines()[1].startswith(
-      "    above random init in 0 of 2 probe(s), steps 10-20: the losses can improve")
+      "    above random init in 0 of 2 probe(s), steps 10-20: no gain over random init shown")
   early(30, {})
   assert len([line for line in lines if "above random init at step 30" in line]) == 1
 

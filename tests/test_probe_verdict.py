@@ -111,16 +111,69 @@ def test_the_run_words_say_what_was_measured():
   assert verdict.num_probes(5, 10) == 1
   never = [_entry(100, 0.3, 0.53, 20, 15), _entry(200, 0.35, 0.52, 18, 18)]
   said = verdict.run_words(never, 8)
-  assert said.startswith("above random init in 0 of 2 probe(s), steps 100-200: the losses")
-  assert said.endswith("at step 200 mean-pooled minus random init +0.000 [-0.039, +0.039]: not "
-                       "above random init (paired exact test on 384 dev rows against each "
-                       "random-init seed, each bound at level 0.05/8)")
+  assert said.startswith("above random init in 0 of 2 probe(s), steps 100-200: no gain over "
+                         "random init shown")
+  assert "no more of this task than a random one" not in said  # low power is not equivalence
+  # 36 discordant rows at level 0.05/8: the exact test needs 26 better of 36 (P(X >= 26) =
+  # 0.0057 < 0.00625, 25 gives 0.0144), so the smallest gain these rows show is
+  # (26 - 10) / 384 = +0.042
+  assert said.endswith("at step 200 mean-pooled 0.520 minus random init: 18 dev rows better, "
+                       "18 worse of 384, +0.000 [-0.039, +0.039]: not above random init, which "
+                       "is no evidence of no gain: these rows show one only from +0.042 (paired "
+                       "exact test on 384 dev rows against each random-init seed, each bound at "
+                       "level 0.05/8)")
   always = [_entry(100, 0.3, 0.70, 90, 10), _entry(200, 0.3, 0.72, 95, 8)]
   assert all(e["above"] for e in always)
   said = verdict.run_words(always, 8)
   assert said.startswith("above random init in 2 of 2 probe(s), steps 100-200; at step 200 "
-                         "mean-pooled minus random init +0.227 [")
+                         "mean-pooled 0.720 minus random init: 95 dev rows better, 8 worse of "
+                         "384, +0.227 [")
+  assert "no evidence" not in said and "show one only from" not in said
   assert "edge" not in said and "at times" not in said
   lost = [always[0], never[1]]
   assert verdict.run_words(lost, 8).startswith(
       "above random init in 1 of 2 probe(s), steps 100-200 (first at step 100); at step 200")
+
+
+def test_the_detectable_gain_is_the_exact_tests_boundary():
+  # by hand: 8 discordant rows all better, P = 2^-8 = 0.0039 < 0.01 (7 of 8: 9/256 = 0.035)
+  assert paired.detectable(8, 100, 0.01) == pytest.approx(8 / 100)
+  # too few discordant rows for any k: 7 rows all better are the least that can show a gain
+  assert paired.detectable(3, 100, 0.01) == pytest.approx(7 / 100)  # 2^-7 < 0.01 < 2^-6
+  rows, alpha = 384, paired.probe_alpha(8)
+  for n in (8, 20, 36, 100, 150, 300):
+    gain = paired.detectable(n, rows, alpha)
+    k = round((gain * rows + n) / 2)  # better rows at the boundary, worse = n - k
+    def table(better, worse):
+      losses = np.r_[np.zeros(better), np.ones(worse), np.zeros(rows - better - worse)]
+      return paired.compare(losses, np.r_[np.ones(better), np.zeros(worse),
+                                          np.zeros(rows - better - worse)], alpha)
+    assert table(k, n - k).above and not table(k - 1, n - k + 1).above, n
+    assert table(k, n - k).detectable == pytest.approx(gain)
+  # the demo's sizes: 384 dev rows at 0.05/8 with 100-200 discordant rows show 7-10 points
+  assert 0.06 < paired.detectable(100, 384, alpha) < paired.detectable(200, 384, alpha) < 0.10
+
+
+def test_the_printed_difference_is_the_tested_one_beside_its_figures():
+  """A classifier against three seeds: the verdict tests the least favourable seed; the words
+  give that seed, its accuracy, and a difference equal to mean-pooled minus that accuracy."""
+  rng = np.random.default_rng(3)
+  right = rng.random((4, 384))
+  losses = (right[0] > 0.70).astype(float)  # accuracy ~0.70
+  references = [(r > q).astype(float) for r, q in zip(right[1:], (0.50, 0.66, 0.58), strict=True)]
+  accuracies = [1 - r.mean() for r in references]
+  compared = paired.against_every(losses, references, paired.probe_alpha(8))
+  lows = [paired.compare(losses, r, paired.probe_alpha(8)).low for r in references]
+  assert compared.reference == int(np.argmin(lows)) == int(np.argmax(accuracies))
+  seeds = (11, 12, 13)
+  mean = 1 - losses.mean()
+  tested = accuracies[compared.reference]
+  entry = verdict.entry(800, {"cls": 0.5, "mean": mean}, compared, seeds[compared.reference],
+                        tested)
+  assert entry["difference"] == pytest.approx(mean - tested, abs=1e-12)
+  assert entry["difference"] != pytest.approx(mean - np.mean(accuracies), abs=1e-3)
+  said = verdict.words(entry, 8)
+  assert said.startswith(f"mean-pooled {mean:.3f} minus random init seed "
+                         f"{seeds[compared.reference]} ({tested:.3f}, the least favourable "
+                         f"seed): {compared.better} dev rows better, {compared.worse} worse of "
+                         f"384, {mean - tested:+.3f} [")

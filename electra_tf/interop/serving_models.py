@@ -135,6 +135,8 @@ def describe(path: str, task: str | None = None) -> ModelSpec:
     return ModelSpec(LITERT, path, {**definition, "signature": signature})
   if not os.path.isdir(path) and not os.path.exists(path + ".index"):
     raise FileNotFoundError(f"--model {path} not found")
+  if not console.has_tensorflow():  # a device install runs only .tflite models
+    raise console.needs_tensorflow(f"--model {path}, a SavedModel or model directory,")
   for folder in (path, os.path.join(path, "saved_model")):
     if os.path.isfile(os.path.join(folder, "saved_model.pb")):
       hparams, definitions = _definitions(folder, path)

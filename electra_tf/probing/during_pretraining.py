@@ -311,7 +311,9 @@ class RunProbe:
     for name, value in (("cls", scores["cls"]), ("mean", scores["mean"]),
                         ("random_init", ref.value), ("random_init_spread", ref.spread)):
       tf.summary.scalar(probing.tag(task, name), value, step=step)
-    entry = verdict.entry(step, scores, compared)
+    tested = compared.reference  # the seed the verdict compared with, and its score
+    entry = verdict.entry(step, scores, compared, ref.seeds[tested],
+                          getattr(ref, probe.VERDICT_POOLING)[tested])
     text = (f"probe {task} (dev {self.rows.metric_name}): [CLS] {scores['cls']:.3f}, mean "
             f"{scores['mean']:.3f}, random init {ref}; {verdict.words(entry)} "
             f"({seconds:.1f} s)")

@@ -76,6 +76,8 @@ class Paired:
   low: float  # bounds of (better - worse) / rows, each at level alpha
   high: float
   p_value: float  # one-sided exact: P(better or more | no difference)
+  alpha: float = ALPHA  # the level of each bound
+  reference: int = 0  # which reference (random-init seed, 0-based) this compares with
 
   @property
   def difference(self) -> float:
@@ -86,8 +88,27 @@ class Paired:
   def above(self) -> bool:
     return self.low > 0.0
 
+  @property
+  def detectable(self) -> float:
+    """The smallest difference this test could have called above (``detectable``)."""
+    return detectable(self.better + self.worse, self.rows, self.alpha)
+
   def __str__(self) -> str:
     return f"{self.difference:+.3f} [{self.low:+.3f}, {self.high:+.3f}]"
+
+
+def detectable(discordant: int, rows: int, alpha: float) -> float:
+  """The minimum detectable difference: the smallest (better - worse) / rows that the exact
+  test at level ``alpha`` calls above with ``discordant`` rows that differ out of ``rows``
+  (the smallest k with P(X >= k | discordant, 1/2) < alpha, as 2 k - discordant rows). With too
+  few discordant rows for any k, the least a run could show: m rows all better, m the smallest
+  with 2^-m < alpha. A smaller gain than this is not ruled out by a non-rejection."""
+  if rows <= 0:
+    return math.inf
+  for k in range(discordant // 2 + 1, discordant + 1):
+    if binomial_upper_tail(k, discordant, 0.5) < alpha:
+      return (2 * k - discordant) / rows
+  return math.floor(math.log2(1 / alpha) + 1) / rows
 
 
 def compare(losses: Sequence[float], reference_losses: Sequence[float], alpha: float) -> Paired:
@@ -100,17 +121,20 @@ def compare(losses: Sequence[float], reference_losses: Sequence[float], alpha: f
   p_low, p_high = clopper_pearson(better, n, alpha)
   scale = n / rows if rows else 0.0
   return Paired(rows, better, worse, scale * (2 * p_low - 1) if n else 0.0,
-                scale * (2 * p_high - 1) if n else 0.0, binomial_upper_tail(better, n, 0.5))
+                scale * (2 * p_high - 1) if n else 0.0, binomial_upper_tail(better, n, 0.5),
+                alpha)
 
 
 def against_every(losses: Sequence[float], references: Sequence[Sequence[float]],
                   alpha: float) -> Paired:
   """The probe against each reference (random-init seeds); the comparison with the lowest
   bound, so ``above`` holds only when the probe is above every one of them (an
-  intersection-union test: still level ``alpha``, no correction needed)."""
+  intersection-union test: still level ``alpha``, no correction needed); its ``reference``
+  says which."""
   if not references:
     raise ValueError("no random-init reference to compare the probe with")
-  return min((compare(losses, r, alpha) for r in references), key=lambda c: c.low)
+  return min((dataclasses.replace(compare(losses, r, alpha), reference=i)
+              for i, r in enumerate(references)), key=lambda c: c.low)
 
 
 def probe_alpha(num_probes: int, alpha: float = ALPHA) -> float:
