@@ -20,6 +20,7 @@ COMMANDS = {
   "electra-predict": "electra_tf.predict",
   "electra-build-pretraining-data": "electra_tf.data_prep.build_pretraining_dataset",
   "electra-build-openwebtext-data": "electra_tf.data_prep.build_openwebtext_pretraining_dataset",
+  "electra-build-pretraining-data-beam": "electra_tf.data_prep.beam_pipeline",
   "electra-learn-vocab": "electra_tf.data_prep.learn_vocab",
 }
 PREFIX = "electra-"

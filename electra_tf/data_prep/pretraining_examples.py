@@ -15,7 +15,7 @@ import dataclasses
 import os
 import random
 import time
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from typing import Any, NamedTuple
 
 import tensorflow as tf
@@ -268,14 +268,23 @@ class ExampleWriter:
   def n_written(self) -> int:
     return self._shards.n_written
 
-  def write_files(self, paths: Sequence[str], label: str = "",
-                  log_every_s: float = 10.0) -> None:
-    """Writes the examples of `paths`, in order, logging progress every `log_every_s`."""
-    total_bytes = sum(tf.io.gfile.stat(p).length for p in paths)
+  def write_files(self, paths: Sequence[str], label: str = "", log_every_s: float = 10.0,
+                  read_blocks: Callable[[str], Iterator[tuple[list, int, int]]] | None = None,
+                  ) -> None:
+    """Writes the examples of `paths`, in order, logging progress every `log_every_s`.
+
+    `read_blocks(path)` gives a path's line blocks (default :func:`read_line_blocks`); a None
+    line ends a document whatever `blanks_separate_docs` says (a record of another format).
+    """
+    if read_blocks is None:
+      read_blocks = read_line_blocks
+      total_bytes = sum(tf.io.gfile.stat(p).length for p in paths)
+    else:
+      total_bytes = 0
     progress = _Progress(self, len(paths), total_bytes, label, log_every_s)
     for path in paths:
       n_bytes = n_bad = 0
-      for lines, block_bytes, block_bad in read_line_blocks(path):
+      for lines, block_bytes, block_bad in read_blocks(path):
         n_bytes += block_bytes
         n_bad += block_bad
         self._buffer_lines(lines)
@@ -292,9 +301,12 @@ class ExampleWriter:
     self._flush(progress)
     progress.log(final=True)
 
-  def _buffer_lines(self, lines: list[str]) -> None:
+  def _buffer_lines(self, lines: list[str | None]) -> None:
     items, texts = self._items, self._texts
     for line in lines:
+      if line is None:  # a document's end (another format's record)
+        items.append(_BLANK_LINE)
+        continue
       line = line.strip()
       if line:
         items.append(_TEXT_LINE)
