@@ -203,3 +203,40 @@ def test_bad_records_counted_and_named(vocab_file, tmp_path):
                       f"warning: {x}:4: 1 byte(s) are not UTF-8; skipped"]
   assert "of 2 documents (" in proc.stdout and "3 bad records skipped" in proc.stdout
   assert "1 empty files" in proc.stdout
+
+
+def test_prepared_tfds_dataset(data_dir, vocab_file, tmp_path):
+  """A prepared TFDS dataset, read from its folder (nothing downloaded): each example one
+  document, the same examples as a text file of them in the order TFDS reads them."""
+  import tensorflow_datasets as tfds
+
+  texts = ["\n".join(d) for docs in _documents(data_dir)[:3] for d in docs]
+
+  class TinyWiki(tfds.core.GeneratorBasedBuilder, skip_registration=True):
+    VERSION = tfds.core.Version("1.0.0")
+
+    def _info(self):
+      return tfds.core.DatasetInfo(
+          builder=self, features=tfds.features.FeaturesDict({"text": tfds.features.Text()}))
+
+    def _split_generators(self, dl_manager):
+      return {"train": self._generate_examples()}
+
+    def _generate_examples(self):
+      for i, text in enumerate(texts):
+        yield i, {"text": text}
+
+  TinyWiki(data_dir=str(tmp_path / "tfds")).download_and_prepare(
+      download_config=tfds.download.DownloadConfig(try_download_gcs=False))
+  folder = tmp_path / "tfds" / "tiny_wiki" / "1.0.0"
+  read = [t.decode() for t in tfds.builder_from_directory(str(folder)).as_dataset(
+      split="train").map(lambda e: e["text"]).as_numpy_iterator()]
+  assert sorted(read) == sorted(texts)
+  corpus = tmp_path / "corpus"
+  corpus.mkdir()
+  (corpus / "all.txt").write_text("\n\n".join(read) + "\n", encoding="utf-8")
+  want = _builder_shards(corpus, vocab_file, tmp_path / "builder", 1)
+  totals = _beam("tiny_wiki", vocab_file, tmp_path / "beam", 1, format="tfds",
+                 tfds_data_dir=str(tmp_path / "tfds"))
+  assert totals["documents"] == len(texts)
+  assert _read(tmp_path / "beam") == want
