@@ -240,3 +240,20 @@ def test_prepared_tfds_dataset(data_dir, vocab_file, tmp_path):
                  tfds_data_dir=str(tmp_path / "tfds"))
   assert totals["documents"] == len(texts)
   assert _read(tmp_path / "beam") == want
+
+
+@pytest.mark.slow  # a dask.distributed cluster of 2 worker processes, each starting TensorFlow
+def test_dask_runner_on_a_local_cluster_writes_the_same_shards(data_dir, vocab_file, tmp_path):
+  """A second engine: Beam's DaskRunner on a local dask.distributed cluster of 2 processes."""
+  from distributed import LocalCluster
+
+  corpus = _write_text(tmp_path / "corpus", _documents(data_dir))
+  want = _builder_shards(corpus, vocab_file, tmp_path / "builder", 2)
+  with LocalCluster(n_workers=2, threads_per_worker=1, processes=True,
+                    dashboard_address=None) as cluster:
+    assert len(cluster.workers) == 2
+    totals = _beam(corpus, vocab_file, tmp_path / "beam", 2, beam_argv=[
+        "--runner=apache_beam.runners.dask.dask_runner.DaskRunner",
+        f"--dask_client_address={cluster.scheduler_address}"])
+  assert _read(tmp_path / "beam") == want
+  assert totals["documents"] > 0 and totals["examples"] > 100

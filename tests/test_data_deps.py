@@ -25,7 +25,11 @@ def test_beam_imports_beside_tensorflow_within_its_requirements():
 
   pinned = [line.strip() for line in (REPO / "requirements-data.txt").read_text().splitlines()
             if line.strip() and not line.startswith("#")]
-  assert pinned == [f"apache-beam=={apache_beam.__version__}"]
+  assert pinned == [f"apache-beam[dask]=={apache_beam.__version__}"]
+  import dask
+  import distributed
+
+  assert dask.__version__ == distributed.__version__
   assert tf.constant([1, 2]).numpy().sum() == 3
   for dist in ("tensorflow", "tensorflow-datasets", "apache-beam"):
     reqs = _requirements(dist)

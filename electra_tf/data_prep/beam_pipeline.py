@@ -120,18 +120,18 @@ def write_job(job_id: int, args: BeamArgs, units: list[str], tokenizer,
   except BaseException:
     writer.abort()
     raise
-  report_progress(progress_dir, job_id, bad, stats.tokens, done=True)
-  return {"job": job_id, "documents": bad.documents, "tokens": stats.tokens,
-          "examples": stats.examples, "bad_records": bad.count, "bad_bytes": stats.bad_bytes,
-          "empty": stats.empty_files}
+  counts = {"documents": bad.documents, "tokens": stats.tokens, "examples": stats.examples,
+            "bad_records": bad.count, "bad_bytes": stats.bad_bytes, "empty": stats.empty_files}
+  report_progress(progress_dir, job_id, bad, stats.tokens, done=True, counts=counts)
+  return counts
 
 
 def report_progress(progress_dir: str | None, job_id: int, bad: beam_inputs.BadRecords,
-                    tokens: int, done: bool) -> None:
+                    tokens: int, done: bool, counts: dict | None = None) -> None:
   if progress_dir and os.path.isdir(progress_dir):
     atomic_io.write_json(os.path.join(progress_dir, f"job-{job_id}.json"),
                          {"documents": bad.documents, "tokens": tokens, "done": done,
-                          "bad": bad.messages})
+                          "bad": bad.messages, "counts": counts or {}})
 
 
 class ProgressLine:
@@ -143,7 +143,7 @@ class ProgressLine:
     self._stop = threading.Event()
     self._thread = threading.Thread(target=self._loop, daemon=True)
 
-  def _reports(self) -> list[dict]:
+  def reports(self) -> list[dict]:
     out = []
     for name in sorted(os.listdir(self._folder)):
       with contextlib.suppress(OSError, ValueError), open(os.path.join(self._folder, name)) as f:
@@ -151,7 +151,7 @@ class ProgressLine:
     return out
 
   def line(self) -> str:
-    reports = self._reports()
+    reports = self.reports()
     docs, tokens = (sum(r[k] for r in reports) for k in ("documents", "tokens"))
     done = sum(bool(r["done"]) for r in reports)
     return f"progress: {docs} documents, {tokens} tokens done ({done}/{self._num_jobs} jobs)"
@@ -167,7 +167,7 @@ class ProgressLine:
   def __exit__(self, *exc) -> None:
     self._stop.set()
     self._thread.join()
-    for report in self._reports():
+    for report in self.reports():
       for message in report["bad"]:
         print(f"warning: {message}", file=self._out)
     print(self.line(), file=self._out, flush=True)
@@ -320,15 +320,21 @@ def build(args: BeamArgs, beam_argv: Sequence[str] = (), verbose: bool = False) 
     _ = (p | "jobs" >> beam.Create(todo) | "shuffle" >> beam.Reshuffle()
          | "write" >> beam.ParDo(_dofn(args, units, progress_dir)))
     log = os.path.join(scratch, "beam.log")
-    with ProgressLine(progress_dir, len(todo), sys.stderr), _quiet_fds(log, verbose):
+    with ProgressLine(progress_dir, len(todo), sys.stderr) as progress, \
+        _quiet_fds(log, verbose):
       try:
         result = p.run()
         result.wait_until_finish()
       except Exception as e:  # noqa: BLE001 -- a worker's error comes back wrapped in text
         raise ValueError(worker_error(e)) from None
-  query = result.metrics().query(MetricsFilter().with_namespace(__name__))
-  for counter in query["counters"]:
-    totals[counter.key.metric.name] += counter.committed or 0
+    try:
+      query = result.metrics().query(MetricsFilter().with_namespace(__name__))
+      for counter in query["counters"]:
+        totals[counter.key.metric.name] += counter.committed or 0
+    except NotImplementedError:  # the DaskRunner has no metrics: the jobs' own reports
+      for report in progress.reports():
+        for name in COUNTS:
+          totals[name] += report.get("counts", {}).get(name, 0)
   seconds = time.time() - start
   console.log(f"wrote {totals['examples']} examples of {totals['documents']} documents "
               f"({totals['tokens']} tokens, {totals['bad_records']} bad records skipped, "
