@@ -18,7 +18,7 @@ of a killed build keeps the jobs whose shards are all there and writes the other
       -- --runner DataflowRunner ...
 
 Arguments after ``--`` are Beam pipeline options (default: the DirectRunner in
-multi-processing mode, one worker a job up to the CPU count).
+multi-processing mode, one worker a job up to the CPU count; with one worker, in this process).
 """
 
 from __future__ import annotations
@@ -226,7 +226,8 @@ def _dofn(args: BeamArgs, units: list[str], progress_dir: str | None):
 
 def pipeline_options(beam_argv: Sequence[str], num_jobs: int, verbose: bool = False):
   """Beam options from `beam_argv`; default the DirectRunner, multi-processing, a worker a
-  job up to the CPU count, the workers' logs from ERROR unless `verbose`."""
+  job up to the CPU count (one worker: in this process), the workers' logs from ERROR unless
+  `verbose`."""
   from apache_beam.options.pipeline_options import DirectOptions, PipelineOptions, StandardOptions
 
   beam_argv = list(beam_argv)
@@ -236,10 +237,12 @@ def pipeline_options(beam_argv: Sequence[str], num_jobs: int, verbose: bool = Fa
   if options.view_as(StandardOptions).runner is None:
     options.view_as(StandardOptions).runner = "DirectRunner"
   direct = options.view_as(DirectOptions)
-  if "--direct_running_mode" not in " ".join(beam_argv):
-    direct.direct_running_mode = "multi_processing"
   if not direct.direct_num_workers:
     direct.direct_num_workers = max(1, min(num_jobs, os.cpu_count() or 1))
+  if "--direct_running_mode" not in " ".join(beam_argv):
+    # one worker: in this process (a worker process would only add its start-up)
+    multi = direct.direct_num_workers > 1
+    direct.direct_running_mode = "multi_processing" if multi else "in_memory"
   return options
 
 
