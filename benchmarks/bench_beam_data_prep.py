@@ -4,8 +4,9 @@ On the same corpus (../shared/data gutenberg + state_union, linked ``--copies`` 
 a fresh child process (so its peak memory is its own):
 
 1. the builder (``build_pretraining_dataset.build``), 1 process;
-2. the Beam pipeline on the DirectRunner (multi-processing), 1 job on 1 worker;
-3. the Beam pipeline, 2 jobs on 2 workers (the builder with 2 processes beside it).
+2. the Beam pipeline on the DirectRunner, 1 job on 1 worker (in-process, its default);
+3. the Beam pipeline, 2 jobs on 2 worker processes (multi-processing), and the builder with 2
+   processes beside it.
 
 Wall time is the build call's (imports excluded; the Beam worker processes' start-up
 included); peak memory is the largest resident set of the child and of each process it started
@@ -87,9 +88,15 @@ def _measure(kind: str, jobs: int, corpus: str, tmp: str) -> dict:
              f"{(proc.stderr.strip().splitlines() or ['?'])[-1]}")
   result = json.loads(proc.stdout.strip().splitlines()[-1])
   result["digest"] = _digest(out)
-  # the builder's job 0 runs in the child itself, its other jobs in spawned processes; Beam's
-  # jobs all run in worker processes
-  worker_mb = result["own_mb"] if kind == "builder" and jobs == 1 else result["child_mb"]
+  # one job runs in the child itself (Beam: the DirectRunner in-process); with more, the
+  # builder runs job 0 in the child and the others in spawned processes, Beam all of them in
+  # worker processes
+  if jobs == 1:
+    worker_mb = result["own_mb"]
+  elif kind == "builder":
+    worker_mb = max(result["own_mb"], result["child_mb"])
+  else:
+    worker_mb = result["child_mb"]
   print(f"{kind:7s} {jobs} worker(s): {result['tokens']} tokens in {result['seconds']:.1f}s = "
         f"{result['tokens'] / result['seconds']:,.0f} tokens/s; peak memory per worker "
         f"{worker_mb:.0f} MB (submitting process {result['own_mb']:.0f} MB)", flush=True)
