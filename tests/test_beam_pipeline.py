@@ -257,3 +257,39 @@ def test_dask_runner_on_a_local_cluster_writes_the_same_shards(data_dir, vocab_f
         f"--dask_client_address={cluster.scheduler_address}"])
   assert _read(tmp_path / "beam") == want
   assert totals["documents"] > 0 and totals["examples"] > 100
+
+
+@pytest.mark.slow  # a real SIGKILL mid-build, then the rerun
+def test_sigkill_leaves_no_finished_shard_and_rerun_completes(data_dir, vocab_file, tmp_path):
+  import signal
+  import time
+
+  corpus = _write_text(tmp_path / "corpus", _documents(data_dir))
+  big = tmp_path / "big"
+  big.mkdir()
+  for copy in range(60):  # enough text that the job takes a few seconds
+    for name in NAMES:
+      (big / f"{copy:02d}-{name}").symlink_to(corpus / name)
+  out = tmp_path / "beam"
+  args = ["--input", big, "--vocab_file", vocab_file, "--output_dir", out, "--max_seq_length",
+          64, "--num_jobs", 1, "--num_out_files", 4, "--seed", 7]
+  env = {k: v for k, v in os.environ.items() if k != "TF_CPP_MIN_LOG_LEVEL"}
+  proc = subprocess.Popen([sys.executable, str(REPO_ROOT / "data_prep" /
+                                              "beam_pretraining_dataset.py"), *map(str, args)],
+                          stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, env=env)
+  deadline = time.time() + 120
+  while time.time() < deadline and not (out.exists() and any(
+      n.endswith(".tmp") for n in os.listdir(out))):
+    time.sleep(0.01)
+  proc.send_signal(signal.SIGKILL)
+  proc.wait()
+  assert proc.returncode == -signal.SIGKILL
+  names = os.listdir(out)
+  assert any(n.endswith(".tmp") for n in names), names  # killed mid-job
+  assert [n for n in names if n.startswith("pretrain_data.tfrecord")] == []
+  rerun = _cli(*args)
+  assert rerun.returncode == 0, rerun.stderr[-3000:]
+  assert sorted(os.listdir(out)) == [".pretrain_data.build.json"] + [
+      f"pretrain_data.tfrecord-{i}-of-4" for i in range(4)]
+  _beam(big, vocab_file, tmp_path / "whole", 1)
+  assert _read(out) == _read(tmp_path / "whole")
