@@ -278,8 +278,11 @@ def test_sigkill_leaves_no_finished_shard_and_rerun_completes(data_dir, vocab_fi
                                               "beam_pretraining_dataset.py"), *map(str, args)],
                           stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, env=env)
   deadline = time.time() + 120
-  while time.time() < deadline and not (out.exists() and any(
-      n.endswith(".tmp") for n in os.listdir(out))):
+  def writing():  # a shard being written, past its first records
+    return out.exists() and any(n.endswith(".tmp") and os.path.getsize(out / n) > 0
+                                for n in os.listdir(out))
+
+  while time.time() < deadline and not writing():
     time.sleep(0.01)
   proc.send_signal(signal.SIGKILL)
   proc.wait()
