@@ -18,6 +18,10 @@ COMMANDS = {
   "electra-convert": "electra_tf.convert",
   "electra-curves": "electra_tf.learning_curves",
   "electra-predict": "electra_tf.predict",
+  "electra-build-pretraining-data": "electra_tf.data_prep.build_pretraining_dataset",
+  "electra-build-openwebtext-data": "electra_tf.data_prep.build_openwebtext_pretraining_dataset",
+  "electra-build-pretraining-data-beam": "electra_tf.data_prep.beam_pipeline",
+  "electra-learn-vocab": "electra_tf.data_prep.learn_vocab",
 }
 PREFIX = "electra-"
 
@@ -25,7 +29,11 @@ PREFIX = "electra-"
 def entry_point(script: str) -> str:
   """The ``[project.scripts]`` value of ``script``: ``electra-pretrain`` ->
   ``electra_tf.commands:pretrain``."""
-  return f"{__name__}:{script.removeprefix(PREFIX)}"
+  return f"{__name__}:{_function_name(script)}"
+
+
+def _function_name(script: str) -> str:
+  return script.removeprefix(PREFIX).replace("-", "_")
 
 
 def python_form(script: str) -> str:
@@ -41,11 +49,11 @@ def _entry(script: str, module: str) -> Callable[[], None]:
     # ``if __name__ == "__main__"`` (quiet console before TensorFlow loads, flag definitions).
     runpy.run_module(module, run_name="__main__", alter_sys=True)
 
-  run.__name__ = run.__qualname__ = script.removeprefix(PREFIX)
+  run.__name__ = run.__qualname__ = _function_name(script)
   run.__doc__ = f"``{script}``: ``{python_form(script)}``."
   return run
 
 
 for _script, _module in COMMANDS.items():
-  globals()[_script.removeprefix(PREFIX)] = _entry(_script, _module)
+  globals()[_function_name(_script)] = _entry(_script, _module)
 del _script, _module

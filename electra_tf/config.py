@@ -406,6 +406,20 @@ def get_generator_config(config: PretrainingConfig, bert_config: BertConfig) -> 
                              num_attention_heads=max(1, hidden // 64))
 
 
+PRESETS_DIR = os.path.join(os.path.dirname(os.path.abspath(__file__)), "configs")
+
+
+def preset_path(value: str) -> str | None:
+  """The shipped ``configs/`` preset ``value`` names (``electra_small`` or
+  ``electra_small.json``), when ``value`` is no existing file: ``--hparams`` finds the presets
+  from an installed package as from a clone. None otherwise."""
+  name = value if value.endswith(".json") else value + ".json"
+  if os.sep in value or "/" in value or os.path.exists(value) or not name[:-5].isidentifier():
+    return None
+  path = os.path.join(PRESETS_DIR, name)
+  return path if os.path.isfile(path) else None
+
+
 def load_hparams(hparams: str | dict[str, Any] | None) -> dict[str, Any]:
   """``--hparams`` as the official scripts read it: a value ending in ``.json`` is a file,
   anything else a JSON object literal; a dict is copied, None or blank means no hparams."""
@@ -416,6 +430,7 @@ def load_hparams(hparams: str | dict[str, Any] | None) -> dict[str, Any]:
   if not isinstance(hparams, str):
     raise ValueError(f"hparams must be a JSON string, a .json path or a dict, got "
                      f"{type(hparams).__name__}")
+  hparams = preset_path(hparams.strip()) or hparams
   if hparams.strip().endswith(".json"):
     path = hparams.strip()
     try:

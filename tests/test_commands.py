@@ -34,5 +34,5 @@ def test_each_entry_function_runs_its_module_as_main(monkeypatch):
 
 def test_readme_lists_each_command_with_its_python_form():
   readme = " ".join((REPO_ROOT / "README.md").read_text().split())
-  listed = set(re.findall(r"`(electra-[a-z]+)` \(= `([^`]+)`\)", readme))
+  listed = set(re.findall(r"`(electra-[a-z-]+)` \(= `([^`]+)`\)", readme))
   assert listed == {(script, commands.python_form(script)) for script in commands.COMMANDS}

@@ -625,3 +625,24 @@ def test_openwebtext_bad_archives(data_dir, vocab_file, tmp_path, caplog):
   assert stats.skipped_archives == 1 and stats.files == 1 and stats.examples > 0
   assert "skipping unreadable subset archive urlsf_subset00-2_data.xz" in caplog.text
   assert not (data / "tmp").exists()
+
+
+def test_shards_are_fsynced_before_their_rename(tmp_path, monkeypatch):
+  """Each shard's content reaches the disk under its hidden name, then the folder's entries."""
+  from electra_tf import atomic_io
+  from electra_tf.data_prep.pretraining_examples import ShardWriter
+
+  events = []
+  monkeypatch.setattr(atomic_io, "fsync_file", lambda p: events.append(
+      ("file", os.path.basename(p), os.path.getsize(p))))
+  monkeypatch.setattr(atomic_io, "fsync_dir", lambda p: events.append(
+      ("dir", p, sorted(os.listdir(p)))))
+  writer = ShardWriter(str(tmp_path), job_id=0, num_jobs=1, num_out_files=2)
+  for record in (b"one", b"two", b"three"):
+    writer.write(record)
+  writer.close()
+  names = ["pretrain_data.tfrecord-0-of-2", "pretrain_data.tfrecord-1-of-2"]
+  assert [e[:2] for e in events] == [("file", f".{n}.tmp") for n in names] + [
+      ("dir", str(tmp_path))]
+  assert all(size > 0 for _, _, size in events[:2])  # closed (flushed) before the fsync
+  assert events[2][2] == names  # renamed before the folder's fsync

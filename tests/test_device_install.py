@@ -28,8 +28,9 @@ ALLOWED = {"absl-py", "ai-edge-litert", "electra-tf", "numpy", "flatbuffers", "m
 def _package_copy(dest):
   """What an install of the project reads, copied so the build leaves nothing in the repo."""
   dest.mkdir()
-  for name in ("pyproject.toml", "requirements.txt", "requirements-device.txt", "LICENSE",
-               "NOTICE", "run_pretraining.py", "run_finetuning.py"):
+  for name in ("pyproject.toml", "requirements.txt", "requirements-device.txt",
+               "requirements-data.txt", "LICENSE", "NOTICE", "run_pretraining.py",
+               "run_finetuning.py"):
     shutil.copy(REPO_ROOT / name, dest / name)
   shutil.copytree(REPO_ROOT / "electra_tf", dest / "electra_tf",
                   ignore=shutil.ignore_patterns("__pycache__"))

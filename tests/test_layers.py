@@ -16,6 +16,7 @@ LAYERS = [
     ("modeling", ["electra_tf.modeling"]),
     ("generic training", ["electra_tf.training"]),
     ("pre-training", ["electra_tf.pretraining"]),
+    ("data preparation", ["electra_tf.data_prep"]),
     ("fine-tuning", ["electra_tf.finetuning"]),
     ("run wiring", ["electra_tf.pretraining.task", "electra_tf.pretraining.run",
                     "electra_tf.finetuning.runner", "electra_tf.finetuning.trials",

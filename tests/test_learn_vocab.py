@@ -44,3 +44,25 @@ def test_min_count_keeps_rarer_words_whole(tmp_path, data_dir):
   assert whole[3] > 0.95 and whole[10] < 0.5, whole
   with pytest.raises(ValueError, match="--min_count must be at least 1, got 0"):
     learn_vocab(str(corpus), str(tmp_path / "v.txt"), min_count=0)
+
+
+def test_vocabulary_is_fsynced_before_its_rename(tmp_path, monkeypatch):
+  """The vocabulary's content reaches the disk under its temporary name, then its folder."""
+  import os
+
+  from electra_tf import atomic_io
+
+  corpus = tmp_path / "corpus"
+  corpus.mkdir()
+  (corpus / "a.txt").write_text("the cat sat on the mat\n" * 20, encoding="utf-8")
+  vocab_file = tmp_path / "out" / "vocab.txt"
+  synced = []
+  real_file, real_dir = atomic_io.fsync_file, atomic_io.fsync_dir
+  monkeypatch.setattr(atomic_io, "fsync_file", lambda p: (
+      synced.append(("file", os.path.basename(p), os.path.exists(vocab_file))), real_file(p)))
+  monkeypatch.setattr(atomic_io, "fsync_dir", lambda p: (
+      synced.append(("dir", p, os.path.exists(vocab_file))), real_dir(p)))
+  learn_vocab(str(corpus), str(vocab_file), vocab_size=100, min_count=1)
+  assert [kind for kind, _, _ in synced] == ["file", "dir"]
+  assert synced[0][1].startswith(".vocab.txt.tmp-") and synced[0][2] is False  # before rename
+  assert synced[1][1:] == (str(tmp_path / "out"), True)  # the folder, after the rename
