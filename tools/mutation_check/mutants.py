@@ -39,7 +39,7 @@ TOK = ("tests/test_tokenization.py", "-k", "official or extra_cases")
 DATA = ("tests/test_data_prep.py", "-k", "golden")
 TEMP = ("tests/test_objectives.py", "-k", "golden or temperature")
 HEAD = ("tests/test_finetuning_heads.py", "-k", "official")
-QA = ("tests/test_finetuning_qa.py",)
+QA = ("tests/test_finetuning_qa.py", "-k", "decod")
 
 MUTANTS: tuple[Mutant, ...] = (
     Mutant("gelu_tanh", "GELU in its tanh approximation (keras-hub, BERT-TF2) instead of erf",
@@ -89,8 +89,9 @@ MUTANTS: tuple[Mutant, ...] = (
     Mutant("disallow_correct_ignored", "disallow_correct never passed to the sampler",
            OBJECTIVE, "if objective.disallow_correct else None)", "if False else None)",
            ("tests/test_objectives.py", "-k", "golden or disallow")),
-    Mutant("disc_weight", "discriminator loss weight 1 instead of 50",
-           OBJECTIVE, "disc_weight: float = 50.0", "disc_weight: float = 1.0", PRE),
+    Mutant("disc_weight", "discriminator loss weight 1 instead of 50 by default",
+           CONFIG, "disc_weight: float = 50.0", "disc_weight: float = 1.0",
+           ("tests/test_config.py", "-k", "official_defaults or matches_reference")),
     Mutant("adam_epsilon", "Adam epsilon 1e-8 (Keras / PyTorch) instead of 1e-6",
            OPT, "next_m / (tf.sqrt(next_v) + self.epsilon)", "next_m / (tf.sqrt(next_v) + 1e-8)",
            OPTIM),
