@@ -67,7 +67,7 @@ def run_pytest(tree: Path, args: tuple[str, ...] | list[str]) -> tuple[int, str]
 def summary(output: str) -> str:
   """pytest's counts and first failed test ("1 failed, 3 passed (test_x.py::test_y)"), or the
   first error line of ``output``."""
-  failed = re.findall(r"^FAILED (\S+)", output, re.MULTILINE)
+  failed = re.findall(r"^(?:FAILED|ERROR) (\S+)", output, re.MULTILINE)
   for line in reversed(output.splitlines()):
     found = re.findall(r"\d+ (?:failed|passed|errors?|skipped|deselected)", line)
     if found and " in " in line:
