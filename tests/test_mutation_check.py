@@ -3,6 +3,7 @@ run ends in the right verdict, and a red baseline stops the run."""
 
 import ast
 import subprocess
+import tempfile
 
 import pytest
 
@@ -48,7 +49,7 @@ def _mutant(name, old, new):
 
 
 def test_verdicts_on_a_tiny_repository(tiny_repo, tmp_path, monkeypatch, capsys):
-  monkeypatch.setenv("TMPDIR", str(tmp_path))
+  monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))  # scratch copies go there
   table = [_mutant("minus", "a + b", "a - b"), _mutant("commuted", "a + b", "b + a"),
            _mutant("moved", "a * b", "a / b")]
   assert runner.run_mutant(table[0], root=tiny_repo)[0] == "caught"
@@ -64,7 +65,7 @@ def test_verdicts_on_a_tiny_repository(tiny_repo, tmp_path, monkeypatch, capsys)
 
 
 def test_red_baseline_stops_the_run(tiny_repo, tmp_path, monkeypatch, capsys):
-  monkeypatch.setenv("TMPDIR", str(tmp_path))
+  monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))  # scratch copies go there
   (tiny_repo / "calc.py").write_text("def add(a, b):\n  return a * b\n")
   assert command.main(["--only", "minus"], [_mutant("minus", "a * b", "a - b")], tiny_repo) == 2
   out = capsys.readouterr().out.splitlines()
@@ -76,7 +77,7 @@ def test_red_baseline_stops_the_run(tiny_repo, tmp_path, monkeypatch, capsys):
 def test_tokenizer_mutant_is_caught_in_the_repository(tmp_path, monkeypatch):
   """End to end on this repository: BasicTokenizer without lower-casing fails the official
   tokenizer goldens."""
-  monkeypatch.setenv("TMPDIR", str(tmp_path))
+  monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))  # scratch copies go there
   mutant = next(m for m in MUTANTS if m.name == "tok_no_lowercase")
   verdict, detail = runner.run_mutant(mutant)
   assert verdict == "caught", detail
