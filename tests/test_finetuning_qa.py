@@ -189,3 +189,36 @@ def test_helpers_hand_cases(tmp_path):
   assert qa.get_final_text("1895", "(1895-1943).", basic) == "1895"
   assert qa.get_final_text("cafe", "Caf\u00e9s", basic) == "Caf\u00e9"  # accent stripped
   assert qa.get_final_text("xyz", "Steve", basic) == "Steve"  # not found: original text
+
+
+def _decode_hand_case(max_answer_length, n_best_size):
+  """One window of ten single-piece words; start / end logits (not joint) rank the spans."""
+  from electra_tf.finetuning.builtin import qa_decoding
+  from electra_tf.full_tokenizer import BasicTokenizer
+  words = [f"w{i}" for i in range(9)]
+  window = {"t_tokens": ["[CLS]", *words], "t_eid": 0,
+            "t_token_to_orig_map": {i + 1: i for i in range(9)},
+            "t_token_is_max_context": {i + 1: True for i in range(9)}}
+  start = np.full([10], -10.0, np.float32)
+  end = np.full([10], -10.0, np.float32)
+  start[[1, 2, 5]] = [3.0, 2.0, 1.0]
+  end[[4, 3, 6]] = [3.0, 2.5, 1.0]
+  result = {"start_logits": start, "end_logits": end}
+  options = qa_decoding.DecodeOptions("t", False, False, False, n_best_size, max_answer_length,
+                                      BasicTokenizer())
+  question = qa_decoding.Question("q", words, [window])
+  predictions, nbest, _ = qa_decoding.decode_predictions([question], {0: result}, options)
+  return predictions["q"], [e["text"] for e in nbest["q"]]
+
+
+def test_decoder_max_answer_length_and_n_best_are_official():
+  """Official ``qa_metrics``: a span of ``end - start + 1 > max_answer_length`` pieces is
+  dropped and the n-best list stops at ``n_best_size`` answers."""
+  # the best-scoring span w0..w3 has 4 pieces; at max_answer_length 3 the best is w0..w2
+  best, texts = _decode_hand_case(max_answer_length=4, n_best_size=20)
+  assert best == "w0 w1 w2 w3"
+  best, texts = _decode_hand_case(max_answer_length=3, n_best_size=20)
+  assert best == "w0 w1 w2" and "w0 w1 w2 w3" not in texts
+  assert all(len(text.split()) <= 3 for text in texts)
+  _, texts = _decode_hand_case(max_answer_length=30, n_best_size=2)
+  assert texts == ["w0 w1 w2 w3", "w0 w1 w2"]
