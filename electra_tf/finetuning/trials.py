@@ -211,6 +211,7 @@ class TrialBook:
       if written is None or not all(os.path.isfile(os.path.join(test_dir, p)) for p in written):
         return None
     if self.model_kept(trial):
+      atomic_io.finish_swap(os.path.join(self.trial_dir(trial), "tf1"))  # a kill mid-save
       problem = self._model_problem(trial, record.get("final_step"))
       if problem:  # e.g. a power cut after the record: the model is trained again, not lost
         log(f"Trial {trial}/{c.num_trials} finished earlier, but {problem}; training the "
@@ -284,7 +285,7 @@ class TrialBook:
       log(f"Resuming trial {trial} from {folder}")
     elif _exists(folder) and not _exists(os.path.join(folder, SETTINGS_FILE)):
       atomic_io.remove_tree(folder)  # no checkpoint, no settings: nothing to keep
-    tf.io.gfile.makedirs(folder)
+    atomic_io.make_dirs(folder)  # its parent fsynced: the folder survives a power cut
     path = os.path.join(folder, SETTINGS_FILE)
     if _read_json(path) != (True, self.settings(trial)):  # rewritten only when it changes
       atomic_io.write_json(path, self.settings(trial), indent=1, sort_keys=True)
