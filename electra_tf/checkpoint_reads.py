@@ -7,6 +7,7 @@ lists a model folder on a run's start, resume or initialisation (re-exported by 
 from __future__ import annotations
 
 import contextlib
+import errno
 import os
 import re
 import time
@@ -41,6 +42,16 @@ class CheckpointUnavailableError(RuntimeError):
   timeout, a permission, a file gone): nothing is moved or deleted; a rerun may read it."""
 
 
+class CheckpointAccessError(CheckpointUnavailableError):
+  """A read error no retry cures (a permission, a read-only or missing folder, an I/O error of
+  a local disk): raised at once, naming the file and what to do; nothing is moved."""
+
+
+class _ShortRead(CheckpointUnavailableError):
+  """A read that returned fewer bytes than the file holds: retried (a network read can be cut
+  short), damage only when every try is short."""
+
+
 # Damage that TensorFlow reports as a generic error (the checkpoint reader's errors all carry
 # code UNKNOWN): a truncated, empty or garbled index (an SSTable), a checksum mismatch.
 _DAMAGE = re.compile(r"sstable|bad magic|checksum|corrupted|bad block|bad entry|truncated "
@@ -56,13 +67,45 @@ READ_RETRY_ENV = "ELECTRA_CHECKPOINT_READ_RETRY_SECS"
 
 def is_damage(error: BaseException) -> bool:
   """Whether a read error proves the checkpoint's files are damaged (truncated, garbled, a
-  checksum mismatch), as opposed to a transient or access error that a retry may cure."""
+  checksum mismatch), as opposed to a transient or access error that a retry may cure. A
+  short read (is_short_read) counts only once retries saw it every time (read_retried)."""
   if isinstance(error, IndexError | tf.errors.DataLossError | tf.errors.OutOfRangeError):
-    return True  # OutOfRange / IndexError: "Read less bytes than requested", a short file
+    return True
   if not isinstance(error, tf.errors.OpError):
     return False
   text = _WRAPPER.sub("", getattr(error, "message", None) or str(error))
   return bool(_DAMAGE.search(text))
+
+
+def is_short_read(error: BaseException) -> bool:
+  """OutOfRange / IndexError / "Read less bytes than requested": fewer bytes than asked, from
+  a file cut short or from a network read cut short."""
+  text = getattr(error, "message", None) or str(error)
+  return (isinstance(error, IndexError | tf.errors.OutOfRangeError)
+          or "read less bytes" in text.lower())
+
+
+def permanent_advice(error: BaseException, path: str) -> str | None:
+  """What to do about a read error that no retry cures, or None for one that may pass: a
+  permission (EACCES, EPERM), a read-only file system (EROFS), a missing folder on the way to
+  a local ``path`` (ENOENT of a parent), an I/O error of a local disk (EIO: a bad sector)."""
+  code = getattr(error, "errno", None)
+  text = (getattr(error, "message", None) or str(error)).lower()
+  local = "://" not in path
+  if (isinstance(error, tf.errors.PermissionDeniedError) or code in (errno.EACCES, errno.EPERM)
+      or "permission denied" in text):
+    return "permission denied: make it readable by this account (chmod, chown), then rerun"
+  if code == errno.EROFS or "read-only file system" in text:
+    return "the file system is read-only: remount it writable or use another folder, then rerun"
+  parent = os.path.dirname(path.rstrip("/")) or "."
+  if (local and (isinstance(error, tf.errors.NotFoundError) or code == errno.ENOENT)
+      and not os.path.isdir(parent)):
+    return (f"the folder {parent} does not exist (moved, renamed or not mounted?): mount or "
+            "restore it, or point the run at where the files are, then rerun")
+  if local and (code == errno.EIO or "input/output error" in text):
+    return ("the disk reported an I/O error (a bad sector?): copy what still reads elsewhere "
+            "or restore the file from a copy, then rerun")
+  return None
 
 
 def _cause(error: BaseException) -> str:
@@ -75,18 +118,26 @@ def _cause(error: BaseException) -> str:
 @contextlib.contextmanager
 def _reading(path: str, what: str) -> Iterator[None]:
   """Turns TensorFlow's read errors inside the block into one-line errors naming ``what`` and
-  ``path``: CorruptCheckpointError on proof of damage (see is_damage), CheckpointUnavailableError
-  for any other read error (OpError, OSError). InvalidArgumentError (a shape or dtype mismatch,
-  the caller's) and FileNotFoundError (the reader's answer: no checkpoint there) pass through.
+  ``path``: CheckpointAccessError for a permanent error (permanent_advice), _ShortRead for a
+  short read, CorruptCheckpointError on other proof of damage (see is_damage),
+  CheckpointUnavailableError for any other read error (OpError, OSError). InvalidArgumentError
+  (a shape or dtype mismatch, the caller's) and FileNotFoundError (the reader's answer: no
+  checkpoint there) pass through.
   """
   try:
     yield
   except (tf.errors.InvalidArgumentError, FileNotFoundError):  # the caller's, not the storage's
     raise
   except (tf.errors.OpError, IndexError, OSError) as e:
+    advice = permanent_advice(e, path)
+    if advice:
+      raise CheckpointAccessError(f"{what} {path} could not be read ({_cause(e)}): {advice}; "
+                                  "nothing was moved") from None
+    damage = (f"{what} {path} is corrupt or truncated (TensorFlow: {tf_error_summary(e)})")
+    if is_short_read(e):
+      raise _ShortRead(damage) from None
     if is_damage(e):
-      raise CorruptCheckpointError(f"{what} {path} is corrupt or truncated "
-                                   f"(TensorFlow: {tf_error_summary(e)})") from None
+      raise CorruptCheckpointError(damage) from None
     raise CheckpointUnavailableError(
         f"{what} {path} could not be read ({_cause(e)}); nothing was moved; rerun when "
         "the storage answers") from None
@@ -112,8 +163,10 @@ T = TypeVar("T")
 
 def read_retried(path: str, read: Callable[[], T], what: str = "checkpoint") -> T:
   """``read()``, tried again after each of read_retry_delays() while it fails without proof of
-  damage (e.g. a cloud bucket's 503): CorruptCheckpointError at once, CheckpointUnavailableError
-  (naming ``what`` and ``path``, the error, and how often it was tried) if every try failed.
+  damage (e.g. a cloud bucket's 503, a short read): CorruptCheckpointError at once (a short
+  read once every try was short), CheckpointAccessError at once for a permanent error (see
+  permanent_advice), CheckpointUnavailableError (naming ``what`` and ``path``, the error, and
+  how often it was tried) if every try failed.
   The one way this package reads a checkpoint or lists a model folder on a run's start, resume
   or initialisation, so a transient error never passes for an absent or damaged file."""
   delays = read_retry_delays()
@@ -121,11 +174,17 @@ def read_retried(path: str, read: Callable[[], T], what: str = "checkpoint") -> 
     try:
       with _reading(path, what):
         return read()
+    except CheckpointAccessError:
+      raise
     except CheckpointUnavailableError:
       time.sleep(delay)
   try:
     with _reading(path, what):
       return read()
+  except _ShortRead as e:  # short every time: the file is
+    raise CorruptCheckpointError(str(e)) from None
+  except CheckpointAccessError:
+    raise
   except CheckpointUnavailableError as e:
     if not delays:
       raise
@@ -165,18 +224,19 @@ _SHARD_RE = re.compile(r"\.data-\d+-of-(\d+)$")
 
 
 def index_tail(index_path: str) -> bytes | None:
-  """The last 8 bytes of an index file, read once; None when it is missing or shorter than a
-  footer (or the read returned fewer bytes)."""
-  try:
-    with tf.io.gfile.GFile(index_path, "rb") as f:
-      size = f.size()
-      if size < FOOTER_BYTES:
-        return None
-      f.seek(size - len(TABLE_MAGIC))
-      tail = f.read(len(TABLE_MAGIC))
-  except tf.errors.NotFoundError:
-    return None
-  return tail if len(tail) == len(TABLE_MAGIC) else None
+  """The last 8 bytes of an index file, read once; None when it is shorter than a footer.
+  Raises NotFoundError when it is missing, OutOfRangeError when the read returned fewer bytes
+  than asked (a short read): read_retried tries both again."""
+  with tf.io.gfile.GFile(index_path, "rb") as f:
+    size = f.size()
+    if size < FOOTER_BYTES:
+      return None
+    f.seek(size - len(TABLE_MAGIC))
+    tail = f.read(len(TABLE_MAGIC))
+  if len(tail) < len(TABLE_MAGIC):
+    raise tf.errors.OutOfRangeError(None, None, f"{index_path}: read less bytes than requested "
+                                    f"({len(tail)} of {len(TABLE_MAGIC)})")
+  return tail
 
 
 def has_all_shards(names: set[str], stem: str) -> bool:

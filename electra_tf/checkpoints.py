@@ -27,6 +27,7 @@ from electra_tf.checkpoint_reads import (  # noqa: F401 -- re-exported: checkpoi
   READ_RETRY_DELAYS,
   READ_RETRY_ENV,
   TABLE_MAGIC,
+  CheckpointAccessError,
   CheckpointUnavailableError,
   CorruptCheckpointError,
   index_tail,

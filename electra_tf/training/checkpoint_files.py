@@ -26,10 +26,22 @@ _INDEX_RE = re.compile(r"^ckpt-(\d+)\.index$")
 
 def index_is_whole(index_path: str) -> bool:
   """Whether the index file ends in an SSTable footer (reads its last 8 bytes only); False for
-  an empty, short or garbled tail, or an index gone since it was listed. A read that keeps
-  failing otherwise raises CheckpointUnavailableError (a checkpoint is never dropped for it)."""
-  tail = checkpoints.read_retried(index_path[:-len(".index")],
-                                  lambda: checkpoint_reads.index_tail(index_path))
+  an empty, short or garbled file, or an index gone since it was listed. A read that fails, an
+  index not found a moment after it was listed and a read cut short are tried again
+  (checkpoints.read_retried): only one still missing or short after every try is not whole; a
+  read that keeps failing otherwise raises CheckpointUnavailableError (a checkpoint is never
+  dropped for it)."""
+  prefix = index_path[:-len(".index")]
+  try:
+    tail = checkpoints.read_retried(prefix, lambda: checkpoint_reads.index_tail(index_path))
+  except checkpoints.CorruptCheckpointError:  # every read of it was short
+    return False
+  except checkpoints.CheckpointAccessError:
+    raise
+  except checkpoints.CheckpointUnavailableError:
+    if not tf.io.gfile.exists(index_path):  # gone for good since it was listed
+      return False
+    raise
   return tail == checkpoint_reads.TABLE_MAGIC
 
 
