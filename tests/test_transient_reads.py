@@ -1,7 +1,9 @@
 """A checkpoint is set aside only on proof of damage: a transient read error (a bucket's 503,
-a timeout, a permission) is retried, and if it persists the run stops in one line, moving
-nothing. A partial index does not count as complete; workers agree on the step they restored;
-the non-finite error says how to start afresh in each entry point.
+a timeout, a short read) is retried, and if it persists the run stops in one line, moving
+nothing; a permanent one (a permission, a read-only file system, a local disk's I/O error)
+stops at once, naming the file and what to do. A partial index does not count as complete (an
+index read that fails once is retried); workers agree on the step they restored; the
+non-finite error says how to start afresh in each entry point.
 """
 
 from __future__ import annotations
