@@ -19,9 +19,11 @@ import numpy as np
 _INDEX = re.compile(r"^ckpt-(\d+)\.index$")
 _DATA = re.compile(r"^ckpt-(\d+)\.data-\d+-of-(\d+)$")
 # leftovers of interrupted writes: atomic_io's hidden siblings, TF's checkpoint temp folders
-# and state-file temp names, input-state temp folders, write probes, non-chief scratch folders
+# and state-file temp names, input-state temp folders, write probes, non-chief scratch folders,
+# a staged folder whose swap was not finished, a fine-tuning set-aside's journal left behind
 _LEFTOVER = re.compile(r"^\..*\.tmp-|_temp(_[0-9a-f]+)?$|_temp/|\.tmp[0-9a-f]{32}$|"
-                       r"^ckpt-\d+\.tmp-[0-9a-f]+$|^\.tmp-|^\.write_probe_|^worker_tmp_\d+$")
+                       r"^ckpt-\d+\.tmp-[0-9a-f]+$|^\.tmp-|^\.write_probe_|^worker_tmp_\d+$|"
+                       r"^\..+\.staged$|^set_aside\.json$")
 _SKIPPED = ("save_counter", "_CHECKPOINTABLE_OBJECT_GRAPH")  # differ with the number of saves
 
 

@@ -22,9 +22,11 @@ perform.
     write_text(path, text); write_bytes(path, data); write_json(path, obj)
     with temp_path(path) as tmp: library_that_writes_a_file(tmp)   # e.g. safetensors, PNG
     with staged_dir(output_dir) as stage: write files into stage   # replaces it whole
+    finish_swap(output_dir)   # a staged_dir swap a kill interrupted, finished before reading
     with scratch_dir(path) as tmp: write several files, then move them into place
     remove_tree(path); move_aside(path)   # a folder gone whole; kept under another name
     fsync_file(path); fsync_dir(folder); fsync_tree(folder)   # for other writers' files
+    make_dirs(folder)   # created, its parents fsynced
 """
 
 from __future__ import annotations
@@ -271,15 +273,43 @@ def copy_file(src: str, path: str) -> None:
     shutil.copyfile(src, tmp)
 
 
+_STAGED = ".staged"  # .<name>.staged: a staged folder complete and fsynced, not yet in place
+
+
+def _staged_name(path: str) -> str:
+  parent, name = os.path.split(path)
+  return os.path.join(parent, f".{name}{_STAGED}")
+
+
+def finish_swap(output_dir: str) -> bool:
+  """Finishes the swap a kill interrupted in ``staged_dir``: a complete staged copy
+  (``.<name>.staged``) replaces ``output_dir``, which is moved to a hidden leftover first if
+  it is still there. Returns whether there was one. Never leaves ``output_dir`` without a
+  whole copy: the staged one is whole before it gets that name."""
+  output_dir = output_dir.rstrip("/") or output_dir
+  fs, staged = _gfile(), _staged_name(output_dir)
+  if not fs.exists(staged):
+    return False
+  if fs.exists(output_dir):
+    fs.rename(output_dir, _temp_name(output_dir))  # a leftover, removed below
+  fs.rename(staged, output_dir)
+  fsync_dir(os.path.dirname(output_dir) or ".")
+  remove_leftovers(output_dir)
+  return True
+
+
 @contextlib.contextmanager
 def staged_dir(output_dir: str) -> Iterator[str]:
   """Yields a fresh hidden sibling folder; on success it replaces ``output_dir`` whole (the old
   one, if any, is deleted) and leftovers of earlier killed writes are removed. On an exception
-  the sibling is deleted and ``output_dir`` is left as it was."""
+  the sibling is deleted and ``output_dir`` is left as it was. The complete sibling is renamed
+  to ``.<name>.staged`` before the old folder moves, so a kill between the renames is finished
+  by the next write or ``finish_swap`` (never both copies taken for leftovers)."""
   output_dir = output_dir.rstrip("/") or output_dir
   fs = _gfile()
   parent = os.path.dirname(output_dir) or "."
   fs.makedirs(parent)
+  finish_swap(output_dir)
   stage = _temp_name(output_dir)
   fs.makedirs(stage)
   try:
@@ -289,12 +319,24 @@ def staged_dir(output_dir: str) -> Iterator[str]:
       fs.rmtree(stage)
     raise
   fsync_tree(stage)
-  old = _temp_name(output_dir)  # also a leftover pattern: a kill between the renames is cleaned
-  if fs.exists(output_dir):
-    fs.rename(output_dir, old)
-  fs.rename(stage, output_dir)
+  fs.rename(stage, _staged_name(output_dir))
   fsync_dir(parent)
-  remove_leftovers(output_dir)
+  finish_swap(output_dir)
+
+
+def make_dirs(path: str) -> None:
+  """Creates the folder ``path`` and its missing parents; on local paths each new folder's
+  parent is fsynced after, so the folder (and what is written in it) survives a power cut."""
+  if _remote(path):
+    _gfile().makedirs(path)
+    return
+  missing, folder = [], os.path.abspath(path)
+  while not os.path.isdir(folder) and folder != os.path.dirname(folder):
+    missing.append(folder)
+    folder = os.path.dirname(folder)
+  os.makedirs(path, exist_ok=True)
+  for folder in reversed(missing):
+    fsync_dir(os.path.dirname(folder))
 
 
 @contextlib.contextmanager

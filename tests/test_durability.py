@@ -9,6 +9,8 @@ import pytest
 import tensorflow as tf
 
 from electra_tf import atomic_io
+from electra_tf.config import FinetuningConfig
+from electra_tf.finetuning import trials
 from electra_tf.training import checkpointing
 
 
@@ -51,7 +53,7 @@ def test_a_staged_folder_is_fsynced_whole_before_its_rename(tmp_path, events):
   stage = synced[0].split("/")[0]
   assert stage.startswith(".tf1.tmp-")
   assert sorted(synced[:4]) == sorted([f"{stage}/a", f"{stage}/sub/b", f"{stage}/sub", stage])
-  assert synced[4:] == ["."]  # the parent, after the rename
+  assert synced[4:] == [".", "."]  # the parent, after each rename (to .tf1.staged, to tf1)
   assert (target / "sub" / "b").read_text() == "sub/b"
 
 
@@ -80,3 +82,18 @@ def test_a_checkpoint_is_durable_before_older_ones_are_deleted(tmp_path, events)
   assert older_present[:len(data) + 2] == [True] * (len(data) + 2)
   assert not os.path.exists(os.path.join(model_dir, "ckpt-1.index"))  # max_to_keep 1
   assert tf.train.latest_checkpoint(model_dir) == os.path.join(model_dir, "ckpt-2")
+
+
+class _Preprocessor:
+  def data_key(self):
+    return {"rte": "data"}
+
+
+def test_a_new_trial_folder_and_its_parents_are_durable(tmp_path, events, vocab_file):
+  config = FinetuningConfig("m", str(tmp_path), task_names=["rte"], vocab_file=vocab_file,
+                            init_checkpoint=None)
+  folder = trials.TrialBook(config, _Preprocessor()).prepare_dir(1)
+  synced = [path for kind, path in events if kind == "fsync"]
+  models = os.path.dirname(folder)  # .../models/m/finetuning_models: new as well
+  for parent in (models, os.path.dirname(models), str(tmp_path)):
+    assert parent in synced, (parent, synced)

@@ -207,6 +207,18 @@ def test_resume_without_a_usable_input_state_says_so_and_skips_by_reading(pretra
   assert not list((tmp_path / "input_state").iterdir())
 
 
+def test_prune_puts_in_place_a_state_a_save_left_staged(tmp_path):
+  """A save killed between atomic_io.staged_dir's renames: the whole copy is kept, not pruned
+  as a leftover, and the old one (moved aside) goes."""
+  folder = tmp_path / "input_state"
+  staged = folder / ".ckpt-8.staged"
+  staged.mkdir(parents=True)
+  (staged / "state.index").write_bytes(b"whole")
+  input_state.prune(str(tmp_path), keep_steps={8})
+  assert sorted(p.name for p in folder.iterdir()) == ["ckpt-8"]
+  assert (folder / "ckpt-8" / "state.index").read_bytes() == b"whole"
+
+
 TWO_REPLICAS = """
 import sys, tensorflow as tf
 cpu = tf.config.list_physical_devices("CPU")[0]

@@ -1,11 +1,14 @@
 """A checkpoint is set aside only on proof of damage: a transient read error (a bucket's 503,
-a timeout, a permission) is retried, and if it persists the run stops in one line, moving
-nothing. A partial index does not count as complete; workers agree on the step they restored;
-the non-finite error says how to start afresh in each entry point.
+a timeout, a short read) is retried, and if it persists the run stops in one line, moving
+nothing; a permanent one (a permission, a read-only file system, a local disk's I/O error)
+stops at once, naming the file and what to do. A partial index does not count as complete (an
+index read that fails once is retried); workers agree on the step they restored; the
+non-finite error says how to start afresh in each entry point.
 """
 
 from __future__ import annotations
 
+import errno
 import hashlib
 import json
 import pathlib
@@ -87,9 +90,7 @@ def test_a_503_at_restore_is_retried_and_resumes_from_the_newest(trained, tmp_pa
 @pytest.mark.parametrize("error", [
     _503(),
     tf.errors.DeadlineExceededError(None, None, "Deadline Exceeded"),
-    tf.errors.PermissionDeniedError(None, None, "Permission denied"),
     tf.errors.NotFoundError(None, None, "ckpt-20.data-00000-of-00001; No such file or directory"),
-    tf.errors.UnknownError(None, None, "ckpt-20.index; Input/output error"),  # EIO
     tf.errors.OpError(None, None, "Unable to read file (ckpt-20.index). Perhaps the file is "
                       "corrupt or was produced by a newer version of TensorFlow with format "
                       "changes (failed to read): HTTP 503", tf.errors.UNKNOWN),
@@ -107,6 +108,84 @@ def test_a_persistent_read_error_stops_in_one_line_and_moves_nothing(trained, tm
   assert message.endswith("; nothing was moved; rerun when the storage answers")
   assert calls == [str(folder / "ckpt-20")] * 5  # never an older checkpoint
   assert _digests(folder) == before  # state file, both checkpoints: all in place
+
+
+@pytest.mark.parametrize(("error", "advice"), [
+    (tf.errors.PermissionDeniedError(None, None, "ckpt-20.index; Permission denied"),
+     "permission denied: make it readable by this account (chmod, chown), then rerun"),
+    (PermissionError(errno.EACCES, "Permission denied"), "permission denied: make it readable"),
+    (tf.errors.UnknownError(None, None, "ckpt-20.index; Input/output error"),  # a bad sector
+     "the disk reported an I/O error (a bad sector?): copy what still reads elsewhere"),
+    (OSError(errno.EROFS, "Read-only file system"), "the file system is read-only: remount"),
+], ids=["PermissionDenied", "EACCES", "EIO", "EROFS"])
+def test_a_permanent_read_error_stops_at_once_naming_the_file_and_what_to_do(
+    trained, tmp_path, monkeypatch, error, advice):
+  folder = _copy(trained, tmp_path)
+  before = _digests(folder)
+  calls = _failing_restore(monkeypatch, -1, error)
+  with pytest.raises(checkpoints.CheckpointAccessError) as err:
+    toy_train.run(_one_device(), str(folder), 30, log_fn=lambda line: None)
+  message = str(err.value)
+  assert message.startswith(f"checkpoint {folder}/ckpt-20 could not be read (") and \
+      "\n" not in message, message
+  assert advice in message and message.endswith("; nothing was moved"), message
+  assert "rerun when the storage answers" not in message
+  assert calls == [str(folder / "ckpt-20")]  # not retried, never an older checkpoint
+  assert _digests(folder) == before
+
+
+def test_a_missing_parent_folder_is_permanent(tmp_path):
+  prefix = str(tmp_path / "gone" / "ckpt-3")
+  with pytest.raises(checkpoints.CheckpointAccessError,
+                     match=f"the folder {tmp_path / 'gone'} does not exist"):
+    checkpoints.read_retried(prefix, lambda: tf.train.load_checkpoint(prefix))
+
+
+def test_a_short_read_is_retried_before_it_counts_as_damage(trained, tmp_path, monkeypatch):
+  folder = _copy(trained, tmp_path)
+  short = tf.errors.OutOfRangeError(None, None, "Read less bytes than requested")
+  calls = _failing_restore(monkeypatch, 2, short)
+  lines: list[str] = []
+  summary = toy_train.run(_one_device(), str(folder), 30, log_fn=lines.append)
+  assert calls[:3] == [str(folder / "ckpt-20")] * 3 and summary["start_step"] == 20, lines
+  assert not list(folder.glob("*.rejected*"))  # a good checkpoint is not set aside
+  monkeypatch.undo()
+  read_faults.no_waits(monkeypatch)
+  folder = _copy(trained, tmp_path / "always")
+  calls = _failing_restore(monkeypatch, -1, IndexError("read less bytes"))
+  with pytest.raises(checkpoints.CorruptCheckpointError, match="ckpt-20 is corrupt or truncated"):
+    checkpoints.read_retried(str(folder / "ckpt-20"), lambda: tf.train.Checkpoint().restore(
+        str(folder / "ckpt-20")))
+  assert len(calls) == 5  # short every time: damage
+
+
+@pytest.mark.parametrize("fault", ["not_found", "short_tail"])
+def test_the_index_check_retries_a_missing_index_and_a_short_tail(trained, tmp_path,
+                                                                  monkeypatch, fault):
+  folder = _copy(trained, tmp_path)
+  index, seen = str(folder / "ckpt-20.index"), []
+  size, read = tf.io.gfile.GFile.size, tf.io.gfile.GFile.read
+
+  def flaky_size(f):
+    if f.name == index and fault == "not_found" and not seen:
+      seen.append(f.name)
+      raise tf.errors.NotFoundError(None, None, f"{index}; No such file or directory")
+    return size(f)
+
+  def flaky_read(f, n=-1):
+    data = read(f, n)
+    if f.name == index and fault == "short_tail" and not seen:
+      seen.append(f.name)
+      return data[:3]  # a network read cut short
+    return data
+
+  monkeypatch.setattr(tf.io.gfile.GFile, "size", flaky_size)
+  monkeypatch.setattr(tf.io.gfile.GFile, "read", flaky_read)
+  assert checkpoint_files.complete_checkpoints(str(folder))[0] == str(folder / "ckpt-20")
+  assert seen == [index]
+  monkeypatch.undo()
+  (folder / "ckpt-20.index").unlink()  # gone for good: not complete, no error
+  assert checkpoint_files.index_is_whole(index) is False
 
 
 def test_the_error_names_the_cause():

@@ -74,15 +74,22 @@ def test_two_503s_on_the_init_checkpoint_load_the_same_weights(tmp_path, monkeyp
     np.testing.assert_array_equal(after[name].numpy(), before[name].numpy(), err_msg=name)
 
 
-def test_a_damaged_init_checkpoint_is_not_retried(tmp_path, monkeypatch):
+@pytest.mark.parametrize("damage", ["flipped", "truncated"])
+def test_a_damaged_init_checkpoint_is_damage_a_short_file_after_the_retries(tmp_path,
+                                                                            monkeypatch, damage):
+  """A checksum mismatch is proof at the first read; a file cut short reads short every time,
+  which counts once the retries saw it (a network read can be cut short once)."""
   init = tmp_path / "init"
   shutil.copytree(INIT, init)
   data = init / "model.ckpt.data-00000-of-00001"
-  data.write_bytes(data.read_bytes()[:data.stat().st_size // 2])
+  raw = bytearray(data.read_bytes())
+  if damage == "flipped":
+    raw[len(raw) // 2] ^= 0xFF
+  data.write_bytes(bytes(raw) if damage == "flipped" else bytes(raw[:len(raw) // 2]))
   calls = read_faults.install(0, "train.load_checkpoint", monkeypatch.setattr)  # counts only
   with pytest.raises(checkpoints.CorruptCheckpointError, match="is corrupt or truncated"):
     model_lib.load_init_checkpoint(_model(tmp_path), str(init))
-  assert len(calls) == 1
+  assert len(calls) == (1 if damage == "flipped" else 5)
 
 
 def test_a_persistent_503_on_the_init_checkpoint_stops_fine_tuning_in_one_line(

@@ -301,3 +301,20 @@ def test_an_empty_record_is_moved_aside_alone_and_the_trial_evaluated_again(tmp_
   assert f"{record} is empty or does not parse" in out and "moved it to trial_1.json.rejected-1"
   assert "Settings changed" not in out and results.is_file() and folder.is_dir()
   assert book.finished(1) is None
+
+
+@pytest.mark.parametrize("renames", [0, 1, 2])
+def test_a_tf1_save_killed_between_its_renames_is_finished_not_deleted(tmp_path, monkeypatch,
+                                                                         renames):
+  """A kill inside the swap of a staged folder (after ``renames`` of its renames) leaves a whole
+  copy that the next run puts in place: the trial's kept model is found whole, not retrained,
+  and no copy is deleted as a leftover."""
+  book = _book(tmp_path, keep_all_models=True)
+  folder = _finished_trial(book)
+  _kill_after(monkeypatch, renames)
+  with pytest.raises(_Killed):
+    checkpoints.save_tf1_checkpoint({"w": np.ones(3)}, str(folder / "tf1"), global_step=8)
+  monkeypatch.undo()
+  assert book.finished(1)["final_step"] == 8
+  assert _tf1_step(str(folder / "tf1")) == 8 and (folder / "tf1" / "hparams.json").is_file()
+  assert [n for n in _names(folder) if n.startswith(".")] == []

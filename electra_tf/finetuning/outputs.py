@@ -17,7 +17,6 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 import numpy as np
-import tensorflow as tf
 
 from electra_tf import atomic_io
 
@@ -35,7 +34,7 @@ GLUE_TASKS = ("cola", "mrpc", "mnli", "sst", "rte", "qnli", "qqp", "sts", "wnli"
 
 
 def _atomic_write(path: str, data: bytes | str) -> None:
-  tf.io.gfile.makedirs(os.path.dirname(path) or ".")
+  atomic_io.make_dirs(os.path.dirname(path) or ".")
   atomic_io.write_bytes(path, data if isinstance(data, bytes) else data.encode("utf-8"))
 
 

@@ -38,7 +38,7 @@ import tf_keras
 from electra_tf import atomic_io, checkpoints, early_interrupt, folder_lock, training
 from electra_tf.config import FinetuningConfig
 from electra_tf.console import error_line, log
-from electra_tf.finetuning import outputs, registry, run_settings
+from electra_tf.finetuning import outputs, registry, run_settings, set_aside
 from electra_tf.finetuning.features import key_changes
 from electra_tf.finetuning.preprocessing import Preprocessor, make_examples_fn
 from electra_tf.finetuning.runner import ModelRunner
@@ -75,34 +75,12 @@ def check_init_checkpoint(config: FinetuningConfig) -> None:
                             "to fine-tune from random initialisation") from None
 
 
-def _exists(path: str) -> bool:
-  """tf.io.gfile.exists, a read error retried (checkpoints.read_retried), never taken for no."""
-  return checkpoints.read_retried(path, lambda: tf.io.gfile.exists(path), what="path")
-
-
 def trial_seed(seed: int | None, trial: int) -> int | None:
   """Trial ``trial`` (1-based) uses ``seed + trial - 1``; None stays None."""
   return None if seed is None else seed + trial - 1
 
 
-def _read_json(path: str) -> tuple[bool, Any]:
-  """(whether ``path`` exists, its JSON value: None when it does not parse, e.g. left empty or
-  short by a power cut). A read error is retried (checkpoints.read_retried), then stops the
-  run in one line: a transient error is not damage."""
-  def read() -> str | None:
-    try:
-      with tf.io.gfile.GFile(path) as f:
-        return f.read()
-    except tf.errors.NotFoundError:
-      return None
-
-  text = checkpoints.read_retried(path, read, what="file")
-  if text is None:
-    return False, None
-  try:
-    return True, json.loads(text)
-  except ValueError:
-    return True, None
+_exists, _read_json = set_aside.exists, set_aside.read_json  # retried reads
 
 
 UNREADABLE = "unreadable"  # a settings file that exists but does not parse
@@ -182,8 +160,13 @@ class TrialBook:
 
   def reject_other_settings(self) -> None:
     """Moves aside every trial folder and record made with other settings than this run's (and
-    the results files made from such records), with one line naming what changed."""
-    rejected, why = [], []
+    the test outputs such a record lists, and the results files), with one line naming what
+    changed; first finishes a set-aside a kill interrupted (set_aside.py)."""
+    trials_dir = f"{self.config.model_dir}_trials"
+    note = set_aside.finish_interrupted(trials_dir)
+    if note:
+      log(note)
+    rejected, why, records = [], [], False
     for trial in self._on_disk():
       settings = self.settings(trial)
       self._recover_damaged(trial)
@@ -194,15 +177,22 @@ class TrialBook:
                         [f"{SETTINGS_FILE} empty or does not parse, and no record proves "
                          "the settings" if stored == UNREADABLE else "no settings recorded"])
           rejected.append(path)
-    if any(path.endswith(".json") for path in rejected):  # records: their results go too
+          if path == self.record_path(trial):  # its test outputs and the results go too
+            rejected += self._test_outputs(trial)
+            records = True
+    if records:
       c = self.config
-      rejected += [p for p in (c.results_txt, c.results_pkl,
-                               os.path.splitext(c.results_txt)[0] + ".json")
-                   if tf.io.gfile.exists(p)]
+      rejected += [c.results_txt, c.results_pkl, os.path.splitext(c.results_txt)[0] + ".json"]
     if rejected:
-      moved = [f"{p} -> {os.path.basename(atomic_io.move_aside(p))}" for p in rejected]
+      moved = set_aside.move_aside(trials_dir, rejected)
       log(f"Settings changed since the earlier run ({', '.join(why[:3])}); moved aside "
           f"{', '.join(moved)}; those trials start afresh")
+
+  def _test_outputs(self, trial: int) -> list[str]:
+    """The test-output files the trial's record lists (paths)."""
+    _, record = _read_json(self.record_path(trial))
+    written = record.get("test_outputs") if isinstance(record, dict) else None
+    return [os.path.join(self._test_dir(trial), p) for p in written or ()]
 
   def finished(self, trial: int) -> dict[str, Any] | None:
     """The trial's record when it holds everything this run would compute, else None. A trial
@@ -221,6 +211,7 @@ class TrialBook:
       if written is None or not all(os.path.isfile(os.path.join(test_dir, p)) for p in written):
         return None
     if self.model_kept(trial):
+      atomic_io.finish_swap(os.path.join(self.trial_dir(trial), "tf1"))  # a kill mid-save
       problem = self._model_problem(trial, record.get("final_step"))
       if problem:  # e.g. a power cut after the record: the model is trained again, not lost
         log(f"Trial {trial}/{c.num_trials} finished earlier, but {problem}; training the "
@@ -275,11 +266,11 @@ class TrialBook:
   def record(self, trial: int, final_step: int, dev_results: dict | None,
              test_outputs: list[str] | None) -> dict[str, Any]:
     """Records a finished trial (atomically) with the step its model (checkpoint and
-    ``tf1/``) is at; returns the record as a rerun reads it (so the results files hold the
-    same values whether a trial ran now or earlier)."""
+    ``tf1/``) is at and whether this run keeps that model; returns the record as a rerun reads
+    it (so the results files hold the same values whether a trial ran now or earlier)."""
     test_dir = self._test_dir(trial)
     record = {"trial": trial, "settings": self.settings(trial), "final_step": final_step,
-              "dev_results": dev_results,
+              "dev_results": dev_results, "kept": self.model_kept(trial),
               "test_outputs": None if test_outputs is None else
               [os.path.relpath(p, test_dir) for p in test_outputs]}
     outputs.write_json(record, self.record_path(trial))
@@ -294,7 +285,7 @@ class TrialBook:
       log(f"Resuming trial {trial} from {folder}")
     elif _exists(folder) and not _exists(os.path.join(folder, SETTINGS_FILE)):
       atomic_io.remove_tree(folder)  # no checkpoint, no settings: nothing to keep
-    tf.io.gfile.makedirs(folder)
+    atomic_io.make_dirs(folder)  # its parent fsynced: the folder survives a power cut
     path = os.path.join(folder, SETTINGS_FILE)
     if _read_json(path) != (True, self.settings(trial)):  # rewritten only when it changes
       atomic_io.write_json(path, self.settings(trial), indent=1, sort_keys=True)
@@ -359,11 +350,11 @@ def run_finetuning(config: FinetuningConfig, strategy: tf.distribute.Strategy | 
   if book is not None:
     book.reject_other_settings()
   results: list[dict[str, dict[str, float]]] = []
-  trial = 1
+  trial, replaced = 1, []  # models an earlier run kept and this one does not: deleted last
   while config.num_trials < 0 or trial <= config.num_trials:
     early_interrupt.raise_if_swallowed()  # a Ctrl-C during the last trial's evaluation
     title = f"model={config.model_name}, trial {trial}/{config.num_trials}"
-    record = book.finished(trial) if book is not None else None
+    record = earlier_record = book.finished(trial) if book is not None else None
     if record is not None:
       log(f"Trial {trial}/{config.num_trials} finished earlier: recorded in "
           f"{book.record_path(trial)}; not training it again")
@@ -380,7 +371,13 @@ def run_finetuning(config: FinetuningConfig, strategy: tf.distribute.Strategy | 
       json_path = outputs.write_results(results, config.results_txt, config.results_pkl)
       log(f"Wrote {config.results_txt}, {config.results_pkl}, {json_path}")
     if book is not None:
-      book.remove_dir_unless_kept(trial)
+      if earlier_record is None or not earlier_record.get("kept", True) or config.num_trials < 0:
+        book.remove_dir_unless_kept(trial)
+      else:  # a model an earlier run kept goes once this run's last trial is complete
+        replaced.append(trial)
+      if trial == config.num_trials:
+        for earlier in replaced:
+          book.remove_dir_unless_kept(earlier)
     trial += 1
   if len(results) > 1:
     for task, metrics in outputs.median_results(results).items():

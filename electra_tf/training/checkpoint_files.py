@@ -17,35 +17,33 @@ import time
 import numpy as np
 import tensorflow as tf
 
-from electra_tf import checkpoints, lock_lease
+from electra_tf import checkpoint_reads, checkpoints, lock_lease
+from electra_tf.checkpoint_reads import has_all_shards
 from electra_tf.training import input_state
 
 _TEMP_DIR_RE = re.compile(r"^ckpt-(\d+)_temp$")
 _INDEX_RE = re.compile(r"^ckpt-(\d+)\.index$")
-_SHARD_RE = re.compile(r"\.data-\d+-of-(\d+)$")
-
-
-# A TensorFlow index file is an SSTable: a 48-byte footer ending in this magic number
-# (little-endian); an index cut short by a crash or a copy in place does not end in it.
-_TABLE_MAGIC = (0xdb4775248b80fb57).to_bytes(8, "little")
-_FOOTER_BYTES = 48
 
 
 def index_is_whole(index_path: str) -> bool:
   """Whether the index file ends in an SSTable footer (reads its last 8 bytes only); False for
-  an empty, short or garbled tail, or an index gone since it was listed. A read that keeps
-  failing otherwise raises CheckpointUnavailableError (a checkpoint is never dropped for it)."""
-  def tail() -> bytes | None:
-    try:
-      with tf.io.gfile.GFile(index_path, "rb") as f:
-        size = f.size()
-        if size < _FOOTER_BYTES:
-          return None
-        f.seek(size - len(_TABLE_MAGIC))
-        return f.read(len(_TABLE_MAGIC))
-    except tf.errors.NotFoundError:
-      return None
-  return checkpoints.read_retried(index_path[:-len(".index")], tail) == _TABLE_MAGIC
+  an empty, short or garbled file, or an index gone since it was listed. A read that fails, an
+  index not found a moment after it was listed and a read cut short are tried again
+  (checkpoints.read_retried): only one still missing or short after every try is not whole; a
+  read that keeps failing otherwise raises CheckpointUnavailableError (a checkpoint is never
+  dropped for it)."""
+  prefix = index_path[:-len(".index")]
+  try:
+    tail = checkpoints.read_retried(prefix, lambda: checkpoint_reads.index_tail(index_path))
+  except checkpoints.CorruptCheckpointError:  # every read of it was short
+    return False
+  except checkpoints.CheckpointAccessError:
+    raise
+  except checkpoints.CheckpointUnavailableError:
+    if not tf.io.gfile.exists(index_path):  # gone for good since it was listed
+      return False
+    raise
+  return tail == checkpoint_reads.TABLE_MAGIC
 
 
 def complete_checkpoints(model_dir: str) -> list[str]:
@@ -60,7 +58,7 @@ def complete_checkpoints(model_dir: str) -> list[str]:
     if not m:
       continue
     stem = name[:-len(".index")]
-    if _has_all_shards(names, stem) and index_is_whole(os.path.join(model_dir, name)):
+    if has_all_shards(names, stem) and index_is_whole(os.path.join(model_dir, name)):
       found.append((int(m.group(1)), os.path.join(model_dir, stem)))
   return [p for _, p in sorted(found, reverse=True)]
 
@@ -171,17 +169,10 @@ _REJECTED_RE = re.compile(r"^(ckpt-(\d+))\.rejected(-\d+)?$")
 _DATA_RE = re.compile(r"^ckpt-(\d+)\.data-\d+-of-\d+$")
 
 
-def _has_all_shards(names: set[str], stem: str) -> bool:
-  """Whether ``names`` hold every data shard of ``stem`` (one shard's name gives the count)."""
-  shards = [n for n in names if n.startswith(stem + ".data-")]
-  counts = {int(c.group(1)) for c in map(_SHARD_RE.search, shards) if c}
-  return len(counts) == 1 and len(shards) == counts.pop()
-
-
 def _pending(model_dir: str, names: list[str], inside: set[str], stem: str) -> bool:
   """Whether a set-aside of ``stem`` (index in the folder holding ``inside``) left files out:
   data shards, or the saved input state of its step."""
-  if not _has_all_shards(inside, stem) and any(n.startswith(stem + ".data-") for n in names):
+  if not has_all_shards(inside, stem) and any(n.startswith(stem + ".data-") for n in names):
     return True
   state = input_state.state_dir(model_dir, step_of(stem))
   return input_state.FOLDER not in inside and "://" not in state and os.path.isdir(state)

@@ -37,6 +37,7 @@ DatasetFn = Callable[[tf.distribute.InputContext], tf.data.Dataset]  # the train
 FOLDER = "input_state"  # in model_dir; not named ckpt-*, which tools take for checkpoint files
 _SIGNATURE = "signature.json"
 _STATE_DIR_RE = re.compile(r"^(\.)?ckpt-(\d+)(\.tmp-[0-9a-f-]+)?$")
+_STAGED_RE = re.compile(r"^\.ckpt-(\d+)\.staged$")  # a save killed between its renames
 
 
 def state_dir(model_dir: str, step: int) -> str:
@@ -112,10 +113,13 @@ class InputState:
 
 def prune(model_dir: str, keep_steps: set[int]) -> None:
   """Removes the states in `model_dir/input_state/` whose step is not in keep_steps, and the
-  temporary folders of killed saves (atomic_io's hidden siblings; `.tmp-` ones of old)."""
+  temporary folders of killed saves (atomic_io's hidden siblings; `.tmp-` ones of old),
+  after putting in place a whole state a save killed between its renames left staged."""
   folder = os.path.join(model_dir, FOLDER)
   if "://" in model_dir or not os.path.isdir(folder):
     return
+  for staged in filter(None, map(_STAGED_RE.match, os.listdir(folder))):
+    atomic_io.finish_swap(state_dir(model_dir, int(staged.group(1))))
   for name in os.listdir(folder):
     m = _STATE_DIR_RE.match(name)
     if m and m.group(1):  # a hidden leftover: removed unless its writer still runs

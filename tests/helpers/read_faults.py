@@ -32,9 +32,9 @@ def quiet_env() -> dict[str, str]:
 
 def no_waits(monkeypatch) -> None:
   """Retries at once in this process (a test's monkeypatch undoes it)."""
-  from electra_tf import checkpoints
+  from electra_tf import checkpoint_reads
 
-  monkeypatch.setattr(checkpoints, "READ_RETRY_DELAYS", (0.0, 0.0, 0.0, 0.0))
+  monkeypatch.setattr(checkpoint_reads, "READ_RETRY_DELAYS", (0.0, 0.0, 0.0, 0.0))
 
 
 def install(failures: int, function: str = RESTORE,
