@@ -150,12 +150,18 @@ def _temp_name(path: str) -> str:
   return os.path.join(parent, f".{name}{_TMP}{os.getpid()}-{_HOST}-{uuid.uuid4().hex[:8]}")
 
 
-def _lease() -> float:
+LEASE_ENV = "ELECTRA_LOCK_LEASE_SECONDS"
+DEFAULT_LEASE = 60.0
+
+
+def lease_seconds() -> float:
+  """How long a lock may go unrenewed before another run takes it over, and so how long a
+  leftover of another host is kept ($ELECTRA_LOCK_LEASE_SECONDS, default 60)."""
   try:
-    value = float(os.environ.get("ELECTRA_LOCK_LEASE_SECONDS", 60))
+    value = float(os.environ.get(LEASE_ENV, DEFAULT_LEASE))
   except ValueError:
-    return 60.0
-  return value if value > 0 else 60.0
+    return DEFAULT_LEASE
+  return value if value > 0 else DEFAULT_LEASE
 
 
 def _writer_alive(suffix: str, modified: float | None) -> bool:
@@ -167,7 +173,7 @@ def _writer_alive(suffix: str, modified: float | None) -> bool:
   parts = suffix.split("-")
   pid = parts[0]
   if len(parts) >= 3 and parts[1] != _HOST:
-    return modified is None or time.time() - modified < _lease()
+    return modified is None or time.time() - modified < lease_seconds()
   if not pid.isdigit():
     return False
   if int(pid) == os.getpid():

@@ -34,8 +34,9 @@ import uuid
 from electra_tf import atomic_io
 
 RUN_ID = uuid.uuid4().hex  # this process: the same process may acquire its lock again
-LEASE_ENV = "ELECTRA_LOCK_LEASE_SECONDS"
-DEFAULT_LEASE = 60.0
+# the lease and its variable live with the writer, which keeps other hosts' leftovers as long
+LEASE_ENV, DEFAULT_LEASE, lease_seconds = (atomic_io.LEASE_ENV, atomic_io.DEFAULT_LEASE,
+                                           atomic_io.lease_seconds)
 held: dict[str, int] = {}  # lock file -> its last beat, for the locks this process holds
 lost: dict[str, str] = {}  # lock file -> who holds it now, for the leases this process lost
 mutex = threading.Lock()  # a beat's read and write against a release's delete
@@ -44,16 +45,6 @@ _thread: list[threading.Thread] = []
 
 class LostLockError(FileExistsError):
   """This run's lease on its folder was taken by another run; nothing more is written."""
-
-
-def lease_seconds() -> float:
-  """How long a lock may go unrenewed before another run takes it over ($ELECTRA_LOCK_LEASE_SECONDS,
-  default 60)."""
-  try:
-    value = float(os.environ.get(LEASE_ENV, DEFAULT_LEASE))
-  except ValueError:
-    value = DEFAULT_LEASE
-  return value if value > 0 else DEFAULT_LEASE
 
 
 def proc_start(pid: int) -> str | None:

@@ -243,13 +243,17 @@ def test_a_lock_a_power_cut_left_unreadable_is_taken_over_with_one_line(tmp_path
     folder_lock.release(str(folder))
 
 
-def test_a_second_pretraining_run_is_refused_in_its_first_line(tmp_path):
+def test_a_second_pretraining_run_is_refused_in_its_first_line(tmp_path, monkeypatch):
+  # A lease far longer than a loaded machine's pauses: the refusal must not hang on a renewal
+  # that came late (nothing here waits for the lease to lapse).
+  monkeypatch.setenv(lock_lease.LEASE_ENV, "60")
   model_dir = tmp_path / "models" / "m"  # nothing else: the refusal comes before any reading
   folder_lock.acquire(str(model_dir))  # held by this (live) process
   try:
     done = subprocess.run([sys.executable, str(TOY.parents[2] / "run_pretraining.py"),
                            "--data_dir", str(tmp_path), "--model_name", "m"],
-                          env=ENV, capture_output=True, text=True, timeout=300)
+                          env={**ENV, lock_lease.LEASE_ENV: "60"}, capture_output=True,
+                          text=True, timeout=300)
   finally:
     folder_lock.release(str(model_dir))
   lines = (done.stdout + done.stderr).strip().splitlines()
