@@ -126,6 +126,11 @@ class PretrainingConfig(_HParams):
   gen_weight: float = 1.0  # generator (MLM) loss weight
   disc_weight: float = 50.0  # discriminator loss weight
   mask_prob: float = 0.15  # fraction of tokens masked / replaced
+  # ours: "token" (official) | "whole_word" | "span" (SpanBERT: geometric span lengths in words,
+  # p = 1 / span_mean_length, truncated to span_max_length)
+  masking: str = "token"
+  span_mean_length: float = 5.0
+  span_max_length: int = 10
   # optimization
   learning_rate: float = 5e-4
   lr_decay_power: float = 1.0  # 1.0 = linear decay
