@@ -221,6 +221,9 @@ def test_continuation_table_and_objective_settings(tmp_path):
   with pytest.raises(ValueError, match="masking must be one of token, whole_word, span, got "
                                        "'words'"):
     objective_lib.Objective(objective_lib.ELECTRA, objective_lib.OWN_TOWER, V, masking="words")
+  with pytest.raises(ValueError, match="Unknown masking 'words'; expected one of token, "
+                                       "whole_word, span"):
+    PretrainingConfig("m", str(tmp_path), masking="words")
   with pytest.raises(ValueError, match="span_mean_length must be >= 1"):
     objective_lib.Objective(objective_lib.ELECTRA, objective_lib.OWN_TOWER, V,
                             span_mean_length=0.5)

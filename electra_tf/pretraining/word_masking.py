@@ -28,13 +28,11 @@ from collections.abc import Mapping
 import numpy as np
 import tensorflow as tf
 
+from electra_tf.config import MASKINGS
 from electra_tf.full_tokenizer import vocab_lines
 from electra_tf.pretraining import masking
 
-TOKEN = "token"  # the official masking (``masking.mask``)
-WHOLE_WORD = "whole_word"
-SPAN = "span"
-MASKINGS = (TOKEN, WHOLE_WORD, SPAN)
+TOKEN, WHOLE_WORD, SPAN = MASKINGS  # TOKEN: the official masking (``masking.mask``)
 
 
 def continuation_table(vocab_file: str) -> np.ndarray:
