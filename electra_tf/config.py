@@ -27,6 +27,8 @@ MODEL_SIZES: dict[str, dict[str, int]] = {
 }
 # Official PretrainingModel / FinetuningModel shrink the transformer to this when debug is on.
 OPTIMIZERS = ("adamw", "lamb")  # electra_tf.optimization.create_optimizer(optimizer=...)
+# Pre-training masking (``pretraining/word_masking.py``): the official one, whole words, spans.
+MASKINGS = ("token", "whole_word", "span")
 DEBUG_BERT_SIZES: dict[str, int] = {
   "num_hidden_layers": 3, "hidden_size": 144, "intermediate_size": 144 * 4,
   "num_attention_heads": 4,
@@ -74,7 +76,11 @@ class _HParams(HParams):
       setattr(self, key, value)
 
   def _check_update_settings(self) -> None:
-    """optimizer name; the update's batch must split into gradient_accumulation_steps."""
+    """optimizer name and masking; the update's batch must split into
+    gradient_accumulation_steps."""
+    masking = getattr(self, "masking", None)
+    if masking is not None and masking not in MASKINGS:
+      raise ValueError(f"Unknown masking {masking!r}; expected one of {', '.join(MASKINGS)}")
     if self.optimizer not in OPTIMIZERS:
       raise ValueError(f"Unknown optimizer {self.optimizer!r}; expected one of "
                        f"{', '.join(OPTIMIZERS)}")
@@ -126,6 +132,11 @@ class PretrainingConfig(_HParams):
   gen_weight: float = 1.0  # generator (MLM) loss weight
   disc_weight: float = 50.0  # discriminator loss weight
   mask_prob: float = 0.15  # fraction of tokens masked / replaced
+  # ours: "token" (official) | "whole_word" | "span" (SpanBERT: geometric span lengths in words,
+  # p = 1 / span_mean_length, truncated to span_max_length)
+  masking: str = "token"
+  span_mean_length: float = 5.0
+  span_max_length: int = 10
   # optimization
   learning_rate: float = 5e-4
   lr_decay_power: float = 1.0  # 1.0 = linear decay

@@ -34,8 +34,10 @@ OFFICIAL_PRETRAINING_DEFAULTS = {
   "results_pkl": "D/models/M/results/unsup_results.pkl",
   "max_predictions_per_seq": 19, "seed": None, "init_checkpoint": None,
   "optimizer": "adamw", "gradient_accumulation_steps": 1,
+  "masking": "token", "span_mean_length": 5.0, "span_max_length": 10,
 }
 OURS_UPDATE = {"optimizer", "gradient_accumulation_steps"}  # LAMB, gradient accumulation
+OURS_MASKING = {"masking", "span_mean_length", "span_max_length"}  # whole-word / span masking
 # The paths the reference's *_config_resolved.json files leave out, plus our seed.
 PRETRAINING_PATHS = {"model_name", "pretrain_tfrecords", "vocab_file", "model_dir",
                      "results_txt", "results_pkl"}
@@ -110,7 +112,7 @@ def _check_pretraining_folder(ref):
   ours = cfg.to_dict()
   _assert_same(ours, resolved)
   assert set(ours) - set(resolved) == (PRETRAINING_PATHS | {"seed", "init_checkpoint"}
-                                      | OURS_UPDATE)
+                                      | OURS_UPDATE | OURS_MASKING)
 
   bert = C.get_bert_config(cfg)
   assert bert == BertConfig.from_json_file(str(ref / "bert_config.json"))

@@ -15,7 +15,7 @@ from electra_tf import names
 from electra_tf.config import PretrainingConfig, get_bert_config, get_generator_config
 from electra_tf.modeling.encoder import Transformer
 from electra_tf.modeling.heads import DiscriminatorHead, MaskedLMHead
-from electra_tf.pretraining import masking
+from electra_tf.pretraining import masking, word_masking
 from electra_tf.pretraining.objective import (
   DISCRIMINATOR_TOWER,
   ELECTRA,
@@ -66,7 +66,10 @@ def build_objective(config: PretrainingConfig, vocab: Mapping[str, int] | None =
       max_predictions_per_seq=int(config.max_predictions_per_seq),
       gen_weight=float(config.gen_weight), disc_weight=float(config.disc_weight),
       temperature=float(config.temperature), disallow_correct=bool(config.disallow_correct),
-      special_ids=special, seed=getattr(config, "seed", None))
+      special_ids=special, seed=getattr(config, "seed", None),
+      masking=str(getattr(config, "masking", word_masking.TOKEN)),
+      span_mean_length=float(getattr(config, "span_mean_length", 5.0)),
+      span_max_length=int(getattr(config, "span_max_length", 10)))
 
 
 def build_pretraining_model(config: PretrainingConfig, vocab: Mapping[str, int] | None = None
@@ -75,7 +78,8 @@ def build_pretraining_model(config: PretrainingConfig, vocab: Mapping[str, int] 
 
   Sizes: ``config.get_bert_config`` (discriminator) and ``get_generator_config`` (the
   generator's own towers); ``embedding_size`` (None: the hidden size) for the discriminator,
-  whose embedding tables a generator reads unless ``untied_generator_embeddings``.
+  whose embedding tables a generator reads unless ``untied_generator_embeddings``. Whole-word
+  and span masking read the ``##`` continuation table from ``config.vocab_file`` here, once.
   """
   objective = build_objective(config, vocab)
   bert_config = get_bert_config(config)
@@ -120,4 +124,6 @@ def build_pretraining_model(config: PretrainingConfig, vocab: Mapping[str, int] 
     generator_head = MaskedLMHead(tower.embeddings, act, init_range, scope=names.GENERATOR_HEAD)
     generator_head.build([None, tower.config.hidden_size])
     parts["generator_head"] = generator_head
-  return PretrainingModel(objective, **parts)
+  continuation = (None if objective.masking == word_masking.TOKEN
+                  else word_masking.continuation_table(config.vocab_file))
+  return PretrainingModel(objective, continuation=continuation, **parts)

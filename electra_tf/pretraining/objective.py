@@ -20,7 +20,7 @@ from typing import NamedTuple
 
 import tensorflow as tf
 
-from electra_tf.pretraining import masking
+from electra_tf.pretraining import masking, word_masking
 
 # Objective.kind: the discriminator's loss.
 ELECTRA = "electra"  # replaced-token detection; a sample equal to the original counts as real
@@ -45,6 +45,8 @@ class Objective:
   ``special_ids``: ids of [CLS], [SEP], [MASK] (masking never picks them); may be empty for a
   model that is only exported, never trained. ``seed``: the model seed for the stateless
   masking / sampling draws (None: stateful, unrepeatable draws when no step seed is given).
+  ``masking``: ``token`` (official), ``whole_word`` or ``span`` (``word_masking``), with the
+  span lengths' ``span_mean_length`` (1 / p of the geometric) and ``span_max_length``.
   """
 
   kind: str
@@ -58,6 +60,9 @@ class Objective:
   disallow_correct: bool = False
   special_ids: tuple[tuple[str, int], ...] = ()
   seed: int | None = None
+  masking: str = word_masking.TOKEN
+  span_mean_length: float = 5.0
+  span_max_length: int = 10
 
   def __post_init__(self):
     if self.kind not in KINDS:
@@ -71,6 +76,10 @@ class Objective:
       raise ValueError(f"mask_prob must be in (0, 1), got {self.mask_prob}")
     if self.temperature <= 0:
       raise ValueError(f"temperature must be > 0, got {self.temperature}")
+    if self.masking not in word_masking.MASKINGS:
+      raise ValueError(f"masking must be one of {', '.join(word_masking.MASKINGS)}, "
+                       f"got {self.masking!r}")
+    word_masking.span_length_probs(self.span_mean_length, self.span_max_length)
 
   def to_dict(self) -> dict:
     """JSON-able fields (``special_ids`` as ``[[token, id], ...]``), for ``get_config``."""
@@ -177,11 +186,24 @@ class DiscriminatorLosses(NamedTuple):
 
 def mask(inputs: masking.Inputs, objective: Objective,
          draws: Mapping[str, tf.Tensor] | None = None,
-         seed: tf.Tensor | None = None) -> masking.Inputs:
-  """Stage 1: official dynamic masking of ``inputs`` (see ``masking.mask``); ``draws`` may hold
-  ``categorical_positions`` [B, N] / ``mask_uniform`` [B, N], ``seed`` is an int [2]."""
-  return masking.mask(inputs, objective.mask_prob, objective.max_predictions_per_seq,
-                      objective.vocab, draws=draws, seed=seed)
+         seed: tf.Tensor | None = None, continuation: tf.Tensor | None = None
+         ) -> masking.Inputs:
+  """Stage 1: dynamic masking of ``inputs`` by ``objective.masking``: the official
+  ``masking.mask`` (``draws`` may hold ``categorical_positions`` [B, N] / ``mask_uniform``
+  [B, N]) or ``word_masking.mask_units``, which needs ``continuation`` bool [V] (``##``
+  pieces). ``seed`` is an int [2]."""
+  if objective.masking == word_masking.TOKEN:
+    return masking.mask(inputs, objective.mask_prob, objective.max_predictions_per_seq,
+                        objective.vocab, draws=draws, seed=seed)
+  if continuation is None:
+    raise ValueError(f"{objective.masking} masking needs the vocabulary's continuation table "
+                     "(word_masking.continuation_table)")
+  span_probs = (word_masking.span_length_probs(objective.span_mean_length,
+                                               objective.span_max_length)
+                if objective.masking == word_masking.SPAN else None)
+  return word_masking.mask_units(inputs, objective.mask_prob, objective.max_predictions_per_seq,
+                                 objective.vocab, continuation, objective.masking, span_probs,
+                                 draws=draws, seed=seed)
 
 
 def softmax_output(logits: tf.Tensor, targets: tf.Tensor, weights: tf.Tensor) -> SoftmaxOutput:

@@ -16,7 +16,7 @@ Hg generator representation width.
 from __future__ import annotations
 
 from collections.abc import Mapping
-from typing import NamedTuple
+from typing import Any, NamedTuple
 
 import tensorflow as tf
 import tf_keras
@@ -101,6 +101,7 @@ class PretrainingModel(tf_keras.Model):
       head; with ``objective.generator == DISCRIMINATOR_TOWER`` only the head (the tower is
       ``discriminator``).
     generator_ltr, generator_rtl, cloze_head: the two-tower generator.
+    continuation: bool [V] table of ``##`` pieces, needed by whole-word / span masking.
   Every part must be built (its variables exist), so ``tf1_variables()`` is complete at once
   and a checkpoint can be loaded before the first step.
   """
@@ -110,7 +111,7 @@ class PretrainingModel(tf_keras.Model):
                generator: Transformer | None = None,
                generator_head: MaskedLMHead | None = None,
                generator_ltr: Transformer | None = None, generator_rtl: Transformer | None = None,
-               cloze_head: MaskedLMHead | None = None, **kwargs):
+               cloze_head: MaskedLMHead | None = None, continuation: Any = None, **kwargs):
     super().__init__(name=kwargs.pop("name", "pretraining_model"), **kwargs)
     parts = dict(discriminator=discriminator, discriminator_head=discriminator_head,
                  generator=generator, generator_head=generator_head, generator_ltr=generator_ltr,
@@ -124,6 +125,8 @@ class PretrainingModel(tf_keras.Model):
     self.generator_ltr = generator_ltr
     self.generator_rtl = generator_rtl
     self.cloze_head = cloze_head
+    # bool [V] ``##`` pieces, for whole-word / span masking (None: token masking only)
+    self.continuation = None if continuation is None else tf.constant(continuation, tf.bool)
     self.built = True
 
   def get_config(self) -> dict:
@@ -287,7 +290,7 @@ class PretrainingModel(tf_keras.Model):
     inputs = masking.features_to_inputs(features)
     mask_seed, sample_seed = obj.step_seeds(seed)
     dropout_seed = obj.dropout_seed(seed) if training else None
-    masked = objective_lib.mask(inputs, obj, draws, mask_seed)
+    masked = objective_lib.mask(inputs, obj, draws, mask_seed, self.continuation)
     generated = self.generate(inputs, masked, training=training, seed=dropout_seed)
     if not obj.has_discriminator:  # masked LM only: nothing is sampled
       total_loss = obj.gen_weight * generated.losses.loss

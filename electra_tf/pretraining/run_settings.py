@@ -20,8 +20,8 @@ from electra_tf.console import setting_value, wrapped
 
 CONFIG_FILE = "config.json"
 TRAINING = ("train_batch_size", "num_train_steps", "learning_rate", "num_warmup_steps",
-            "max_seq_length", "mask_prob")
-EVALUATION = ("eval_batch_size", "num_eval_steps", "max_seq_length", "mask_prob")
+            "max_seq_length", "mask_prob", "masking")
+EVALUATION = ("eval_batch_size", "num_eval_steps", "max_seq_length", "mask_prob", "masking")
 # Shown in the heading, the model / generator lines, or as a path.
 _SHOWN_ELSEWHERE = ("model_name", "model_size", "vocab_size", "embedding_size",
                     "model_hparam_overrides", "do_lower_case", "electra_objective",

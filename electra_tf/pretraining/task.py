@@ -36,7 +36,8 @@ from electra_tf.training import hardware
 from electra_tf.training.accumulation import BATCH_TOTALS
 
 # Feature keys that, when present, replace the model's random draws (tests hold them fixed).
-DRAW_KEYS = ("categorical_positions", "mask_uniform", "gumbel_uniform")
+DRAW_KEYS = ("categorical_positions", "mask_uniform", "gumbel_uniform", "unit_uniform",
+             "span_uniform")
 
 
 def check_inputs(config: PretrainingConfig) -> None:
@@ -67,11 +68,15 @@ def _loss_denominators(objective: objective_lib.Objective, gen_weights: tf.Tenso
   return out
 
 
-def batch_totals_fn(objective: objective_lib.Objective) -> Callable:
+def batch_totals_fn(objective: objective_lib.Objective, continuation: tf.Tensor | None = None
+                    ) -> Callable:
   """totals(replica batch) -> the loss denominators of the whole batch, for accumulation.
 
-  Masking weights do not depend on the random draws (only on ``input_mask`` and the tokens),
-  so fixed draws give the weights the model's own masking gives each micro-batch.
+  Token masking weights do not depend on the random draws (only on ``input_mask`` and the
+  tokens), so fixed draws give the weights the model's own masking gives each micro-batch.
+  Whole-word / span masking (``continuation``: bool [V] ``##`` pieces) fill the same budget
+  but may leave a row short of it by a word that does not fit, so there the generator total
+  is that of fixed draws: a close estimate, not the exact count.
   """
 
   def totals(features):
@@ -80,9 +85,12 @@ def batch_totals_fn(objective: objective_lib.Objective) -> Callable:
       gen_weights = masking.get_candidates_mask(inputs, objective.vocab)
     else:
       shape = tf.stack([tf.shape(inputs.input_ids)[0], objective.max_predictions_per_seq])
+      seq = tf.shape(inputs.input_ids)
       fixed = {"categorical_positions": tf.zeros(shape, tf.int32),
-               "mask_uniform": tf.ones(shape, tf.float32)}
-      gen_weights = objective_lib.mask(inputs, objective, fixed).masked_lm_weights
+               "mask_uniform": tf.ones(shape, tf.float32),
+               "unit_uniform": tf.zeros(seq, tf.float32), "span_uniform": tf.zeros(seq)}
+      gen_weights = objective_lib.mask(inputs, objective, fixed,
+                                       continuation=continuation).masked_lm_weights
     return _loss_denominators(objective, gen_weights, inputs.input_mask)
 
   return totals
@@ -342,5 +350,6 @@ def build_run(config: PretrainingConfig, strategy: tf.distribute.Strategy | None
   trainer = training.Trainer(strategy, model, optimizer, settings,
                              step_fn=train_step_fn(model, train_metrics),
                              init_fn=init_fn if config.init_checkpoint else None, log_fn=log_fn,
-                             batch_totals_fn=batch_totals_fn(objective), interval_hooks=hooks)
+                             batch_totals_fn=batch_totals_fn(objective, model.continuation),
+                             interval_hooks=hooks)
   return PretrainingRun(config, model, optimizer, trainer, train_metrics, eval_metrics, seed)

@@ -10,9 +10,11 @@ user gives one, and a user value that contradicts it is an error. They are ``mod
 token-type tables), the generator sizing (``generator_hidden_size``, ``generator_layers``), the
 objective / tower flags (``electra_objective``, ``electric_objective``, ``two_tower_generator``,
 ``untied_generator``, ``untied_generator_embeddings``, ``uniform_generator``) and
-``do_lower_case`` (it must match the vocabulary). Everything else is TRAINING (free): learning
-rate, steps, batch sizes, ``max_seq_length``, dropout, masking, ``debug`` (refused only when it
-would shrink a stored shape), paths. ``hparams.json`` stores those too, for the record, but
+``do_lower_case`` (it must match the vocabulary). KEPT fields (``KEPT_FIELDS``: ``masking``,
+``span_mean_length``, ``span_max_length``) are merged the same way: a run keeps the masking it
+began with. Everything else is TRAINING (free): learning rate, steps, batch sizes,
+``max_seq_length``, dropout, ``mask_prob``, ``debug`` (refused only when it would shrink a
+stored shape), paths. ``hparams.json`` stores those too, for the record, but
 they are never merged.
 
 Checkpoints without ``hparams.json`` (the released ELECTRA models, the official reference
@@ -39,6 +41,8 @@ SHAPE_FIELDS = (
   "two_tower_generator", "untied_generator", "untied_generator_embeddings", "uniform_generator",
   "do_lower_case",
 )
+# Not shapes, but a run keeps them: resuming with another masking is refused like a shape.
+KEPT_FIELDS = ("masking", "span_mean_length", "span_max_length")
 OVERRIDE_SHAPE_KEYS = (
   "hidden_size", "num_hidden_layers", "num_attention_heads", "intermediate_size", "hidden_act",
   "max_position_embeddings", "type_vocab_size",
@@ -181,7 +185,7 @@ def merge_hparams(stored: Mapping[str, Any] | None, user: Mapping[str, Any],
   merged = dict(user)
   if not stored:
     return merged
-  fields = SHAPE_FIELDS if target == "pretraining" else (
+  fields = SHAPE_FIELDS + KEPT_FIELDS if target == "pretraining" else (
     "model_size", "vocab_size", "embedding_size", "model_hparam_overrides", "do_lower_case")
 
   def clash(field: str, want: Any, got: Any) -> ValueError:
