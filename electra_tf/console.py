@@ -88,6 +88,7 @@ def wrapped(label: str, items: Sequence[str], width: int = WIDTH) -> list[str]:
 
 
 TRAIN_EXTRA = 'pip install ".[train]"'  # TensorFlow & co. (requirements.txt), from a checkout
+DATA_EXTRA = 'pip install ".[data]"'  # Apache Beam (requirements-data.txt), from a checkout
 
 
 class MissingExtra(ImportError):
@@ -95,12 +96,17 @@ class MissingExtra(ImportError):
   TensorFlow); its message names the extra's install command and stands as the error line."""
 
 
+def has_module(name: str) -> bool:
+  """Whether the top-level package ``name`` can be imported; nothing loads."""
+  try:
+    return importlib.util.find_spec(name) is not None
+  except (ImportError, ValueError):  # a broken, half-removed or blocked install counts as missing
+    return False
+
+
 def has_tensorflow() -> bool:
   """Whether TensorFlow is installed (a ``.[device]`` install leaves it out); nothing loads."""
-  try:
-    return importlib.util.find_spec("tensorflow") is not None
-  except (ImportError, ValueError):  # a broken or half-removed install counts as missing
-    return False
+  return has_module("tensorflow")
 
 
 def needs_tensorflow(what: str) -> MissingExtra:
@@ -116,6 +122,14 @@ def require_tensorflow(prog: str) -> None:
   imports it: a device install's training and conversion commands, ``--help`` included."""
   if not has_tensorflow():
     sys.exit(f"{prog}: error: {needs_tensorflow('this command')}")
+
+
+def require_beam(prog: str) -> None:
+  """Ends the program in one line naming the ``data`` extra when Apache Beam is not installed
+  (it is not in the ``train`` set), before anything imports it."""
+  if not has_module("apache_beam"):
+    sys.exit(f"{prog}: error: this command needs Apache Beam, which this install lacks: "
+             f"{DATA_EXTRA}")
 
 
 def venv_command(script: str, module: str) -> str:

@@ -88,7 +88,11 @@ def test_device_extra_installs_light_and_predicts_with_tflite(tiny_litert_export
 DEVICE_IMPORTS = ("numpy", "numpy.libs", "absl", "ai_edge_litert", "flatbuffers", "ml_dtypes",
                   "google", "tqdm", "typing_extensions.py")
 NEEDS_TRAIN = {"electra-pretrain": "run_pretraining.py", "electra-finetune": "run_finetuning.py",
-               "electra-convert": "convert"}
+               "electra-convert": "convert",
+               "electra-build-pretraining-data": "build_pretraining_dataset",
+               "electra-build-openwebtext-data": "build_openwebtext_pretraining_dataset",
+               "electra-build-pretraining-data-beam": "build_pretraining_data_beam",
+               "electra-learn-vocab": "learn_vocab.py"}
 
 
 def _without_tensorflow(tmp_path):
@@ -104,7 +108,7 @@ def _without_tensorflow(tmp_path):
 
   def run(script, *args):
     code = (f"from electra_tf import commands; import sys; sys.argv[0] = {script!r}; "
-            f"commands.{script.removeprefix(commands.PREFIX)}()")
+            f"commands.{script.removeprefix(commands.PREFIX).replace('-', '_')}()")
     return subprocess.run([sys.executable, "-S", "-c", code, *map(str, args)], cwd=tmp_path,
                           env=env, capture_output=True, text=True, timeout=120)
   return run
@@ -141,3 +145,16 @@ def test_each_command_without_tensorflow_runs_or_names_the_extra(tmp_path):
   (events / "events.out.tfevents.1").write_bytes(b"")
   _one_line(run("electra-curves", f"--model_dir={events}"), "learning_curves",
             "reading TensorBoard event files")
+
+
+def test_the_beam_command_without_apache_beam_names_the_data_extra(tmp_path):
+  """With TensorFlow but no Apache Beam (the train extra alone), one line naming the data extra."""
+  code = ("import sys; sys.modules['apache_beam'] = None; "  # blocked: imports as missing
+          "sys.argv[0] = 'electra-build-pretraining-data-beam'; "
+          "from electra_tf import commands; commands.build_pretraining_data_beam()")
+  proc = subprocess.run([sys.executable, "-c", code, "--help"], cwd=tmp_path, capture_output=True,
+                        text=True, timeout=120, env={**os.environ, "PYTHONPATH": str(REPO_ROOT)})
+  assert (proc.returncode, proc.stdout) == (1, ""), proc.stderr[-3000:]
+  assert proc.stderr.splitlines() == [
+      "build_pretraining_data_beam: error: this command needs Apache Beam, which this install "
+      'lacks: pip install ".[data]"']

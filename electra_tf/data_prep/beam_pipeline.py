@@ -39,6 +39,8 @@ from collections.abc import Iterator, Sequence
 from electra_tf import console, early_interrupt  # noqa: E402,I001 -- before TensorFlow loads
 
 if __name__ == "__main__":
+  console.require_tensorflow("build_pretraining_data_beam")
+  console.require_beam("build_pretraining_data_beam")
   early_interrupt.install()
   console.quiet_logs(sys.argv)
   console.use_tf_keras()

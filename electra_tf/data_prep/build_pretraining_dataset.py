@@ -46,6 +46,7 @@ from typing import Any
 from electra_tf import console, early_interrupt  # noqa: E402,I001 -- before TensorFlow loads
 
 if __name__ == "__main__":
+  console.require_tensorflow("build_pretraining_dataset")
   early_interrupt.install()
   console.quiet_logs(sys.argv)
   console.use_tf_keras()

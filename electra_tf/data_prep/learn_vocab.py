@@ -19,6 +19,7 @@ import sys
 from electra_tf import atomic_io, console, early_interrupt  # noqa: E402,I001 -- before TensorFlow loads
 
 if __name__ == "__main__":
+  console.require_tensorflow("learn_vocab.py")
   early_interrupt.install()
   console.quiet_logs(sys.argv)
   console.use_tf_keras()
