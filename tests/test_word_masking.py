@@ -16,9 +16,11 @@ from helpers.paths import GOLDEN
 from scipy import stats
 
 from electra_tf.config import PretrainingConfig
-from electra_tf.pretraining import masking, word_masking
+from electra_tf.pretraining import masking, task, word_masking
 from electra_tf.pretraining import objective as objective_lib
 from electra_tf.pretraining.builder import build_pretraining_model
+from electra_tf.training.accumulation import BATCH_TOTALS
+from electra_tf.training.replica_step import ReplicaStep
 
 REPO = pathlib.Path(__file__).resolve().parents[1]
 ENV = {**os.environ, "TF_CPP_MIN_LOG_LEVEL": "3", "CUDA_VISIBLE_DEVICES": "-1",
@@ -280,6 +282,46 @@ def test_every_objective_masks_whole_words(tmp_path, vocab_file, name, kind):
     assert all(len(chosen & set(w)) in (0, len(w)) for w in words), (b, sorted(chosen))
 
 
+def _word_features(table, rng, batch=8, seq=32, cont_frac=0.3):
+  """[CLS] a [SEP] b [SEP] rows of the golden vocabulary, ``cont_frac`` of them ``##`` pieces."""
+  ids = np.where(rng.random((batch, seq)) < cont_frac, rng.choice(np.flatnonzero(table),
+                                                                  (batch, seq)),
+                 rng.integers(1000, 1016, (batch, seq))).astype(np.int32)
+  ids[:, 0], ids[:, seq // 2 - 1], ids[:, -1] = 101, 102, 102
+  return {"input_ids": tf.constant(ids), "input_mask": tf.ones_like(ids),
+          "segment_ids": tf.zeros_like(ids)}
+
+
+@pytest.mark.parametrize("kind", [word_masking.WHOLE_WORD, word_masking.SPAN])
+def test_accumulated_totals_count_the_pieces_the_micro_batches_mask(tmp_path, vocab_file, kind):
+  """With 2 micro-batches, the update's generator total is the sum of the pieces the two
+  micro-batch steps mask (rows left short of the budget included), at every step."""
+  k = 2
+  config = PretrainingConfig("m", str(tmp_path), **TINY, masking=kind, vocab_file=vocab_file,
+                             gradient_accumulation_steps=k)
+  model = build_pretraining_model(config)
+  features = _word_features(word_masking.continuation_table(vocab_file),
+                            np.random.default_rng(4), cont_frac=0.8)
+
+  def step_fn(micro, seed):
+    out = model(micro, training=True, seed=seed)
+    return {"total_loss": out["total_loss"], "update_gen": micro[BATCH_TOTALS]["gen"],
+            "own_gen": tf.reduce_sum(out["masked_lm_weights"])}
+
+  replica_step = ReplicaStep(model, None, step_fn, seed=3, num_replicas=1, micro_batches=k,
+                             loss_weight=1.0,
+                             batch_totals_fn=task.batch_totals_fn(model.objective,
+                                                                  model.continuation))
+  gradients = tf.function(replica_step.gradients)
+  seen = set()
+  for index in range(6):
+    _, outputs = gradients(features, tf.constant(index, tf.int64))
+    own = k * outputs["own_gen"].numpy()  # outputs are means over the micro-batches
+    assert outputs["update_gen"].numpy() == pytest.approx(own, abs=1e-3), index
+    seen.add(float(own))
+  assert len(seen) > 1  # the draws change how many pieces fit
+
+
 @pytest.fixture(scope="module")
 def pretrain_dir(tmp_path_factory, data_dir, vocab_file) -> pathlib.Path:
   return pretrain_data.build_data_dir(tmp_path_factory.mktemp("pretrain_words"), vocab_file,
@@ -318,3 +360,21 @@ def test_run_pretraining_trains_records_and_keeps_the_masking(pretrain_dir, kind
   assert lines[-1].endswith(f"hparams.json in {home} says masking \"{kind}\" but --hparams "
                             f"gives \"{other}\""), log[-2000:]
   assert "Traceback" not in log
+
+
+@pytest.mark.slow
+def test_mirrored_two_replicas_train_whole_words(pretrain_dir):
+  """MirroredStrategy over 2 logical CPUs, 2 micro-batches an update: each replica masks
+  whole words of its own batch and the run trains to the end."""
+  hparams = {**TINY, "masking": word_masking.WHOLE_WORD, "gradient_accumulation_steps": 2}
+  proc = subprocess.Popen(
+      [sys.executable, str(REPO / "tests" / "helpers" / "mirrored_pretraining.py"),
+       "--distribution_strategy=mirrored", "--data-dir", str(pretrain_dir),
+       "--model-name", "mirrored_words", "--hparams", json.dumps(hparams)],
+      env=ENV, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+  log = procs.finish(proc, 300)
+  assert proc.returncode == 0, log[-3000:]
+  assert "2 micro-batches of 2 examples per replica per update (global batch 8)" in log, log
+  assert "2/2 = 100.0%" in log, log[-3000:]
+  assert "masking whole_word" in log
+  assert (pretrain_dir / "models" / "mirrored_words" / "checkpoint").exists()
