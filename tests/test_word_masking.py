@@ -11,10 +11,11 @@ import sys
 import numpy as np
 import pytest
 import tensorflow as tf
-from helpers import pretrain_data, procs
+from helpers import accumulation_runs, pretrain_data, procs
 from helpers.paths import GOLDEN
 from scipy import stats
 
+from electra_tf import optimization, training
 from electra_tf.config import PretrainingConfig
 from electra_tf.pretraining import masking, task, word_masking
 from electra_tf.pretraining import objective as objective_lib
@@ -320,6 +321,43 @@ def test_accumulated_totals_count_the_pieces_the_micro_batches_mask(tmp_path, vo
     assert outputs["update_gen"].numpy() == pytest.approx(own, abs=1e-3), index
     seen.add(float(own))
   assert len(seen) > 1  # the draws change how many pieces fit
+
+
+@pytest.mark.slow  # two Trainer runs of one update each: ~15 s
+@pytest.mark.parametrize("kind", [word_masking.WHOLE_WORD, word_masking.SPAN])
+def test_two_micro_batches_give_the_one_batch_update(tmp_path, vocab_file, kind):
+  """Trainer update with gradient_accumulation_steps 2 == the update on the whole batch, with
+  the same injected masking / sampling draws per row and no dropout (loss, weights, slots)."""
+  batch = accumulation_runs.BATCH
+  config = PretrainingConfig("m", str(tmp_path), **{
+      **TINY, "model_hparam_overrides": {**TINY["model_hparam_overrides"],
+                                         **accumulation_runs.NO_DROPOUT}},
+      masking=kind, vocab_file=vocab_file)
+  rng = np.random.default_rng(6)
+  features = {k: v.numpy() for k, v in _word_features(
+      word_masking.continuation_table(vocab_file), rng, batch=batch, cont_frac=0.8).items()}
+  n, seq = config.max_predictions_per_seq, config.max_seq_length
+  features.update({name: rng.random(shape).astype(np.float32) for name, shape in (
+      ("unit_uniform", [batch, seq]), ("span_uniform", [batch, seq]),
+      ("mask_uniform", [batch, n]), ("gumbel_uniform", [batch, n, config.vocab_size]))})
+
+  def build(strategy):
+    training.set_seed(5)
+    with strategy.scope():
+      model = build_pretraining_model(config)
+      optimizer = accumulation_runs.RecordingAdamW(
+          optimization.WarmupPolynomialDecay(1e-3, 10, 0.0, step_offset=1),
+          weight_decay_rate=0.01)
+    return (model, optimizer, task.train_step_fn(model, []),
+            task.batch_totals_fn(model.objective, model.continuation))
+
+  strategy = training.get_strategy("one_device", num_gpus=0)
+  one, two = (accumulation_runs.one_update(strategy, build, features, k, str(tmp_path / f"k{k}"))
+              for k in (1, 2))
+  np.testing.assert_allclose(two.pop("loss"), one.pop("loss"), rtol=1e-6)
+  assert sorted(one) == sorted(two)
+  for key in sorted(one):
+    np.testing.assert_allclose(two[key], one[key], rtol=0, atol=1e-6, err_msg=key)
 
 
 @pytest.fixture(scope="module")
