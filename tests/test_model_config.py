@@ -268,3 +268,30 @@ def test_rebuilt_finetuning_model_exports(finetuning, tmp_path):
                              want["chunk"]["logits"], rtol=0, atol=1e-5)
   np.testing.assert_allclose(loaded.signatures["squad"](**inputs)["start_logits"],
                              want["squad"]["start_logits"], rtol=0, atol=1e-5)
+
+
+@pytest.mark.parametrize("masking", ["whole_word", "span"])
+def test_rebuilt_word_masking_model_keeps_its_continuation_table_and_trains(masking, tmp_path):
+  """The ``##`` table is in the config: a rebuilt or cloned whole-word / span model masks the
+  same words and takes a training step (without the table it stops with an error)."""
+  tokens = list(VOCAB) + [f"w{i}" for i in range(15)] + [f"##p{i}" for i in range(10)]
+  vocab_file = tmp_path / "vocab.txt"
+  vocab_file.write_text("\n".join(tokens) + "\n")
+  config = PretrainingConfig("m", str(tmp_path), **TINY, masking=masking,
+                             vocab_file=str(vocab_file), seed=5)
+  model = build_pretraining_model(config, VOCAB)
+  table = np.array([t.startswith("##") for t in tokens])
+  ids, mask, segments = _inputs()
+  features = {"input_ids": ids, "input_mask": mask, "segment_ids": segments}
+  want = model(features, training=False, seed=7)
+  for copy in (PretrainingModel.from_config(_json_round_trip(model.get_config())),
+               tf_keras.models.clone_model(model)):
+    np.testing.assert_array_equal(copy.continuation.numpy(), table)
+    _copy_weights(model, copy)
+    with tf.GradientTape() as tape:
+      got = copy(features, training=True, seed=7)
+    grads = tape.gradient(got["total_loss"], copy.trainable_variables)
+    assert np.isfinite(got["total_loss"].numpy())
+    assert any(g is not None for g in grads)
+    np.testing.assert_array_equal(copy(features, training=False, seed=7)["masked_lm_positions"],
+                                  want["masked_lm_positions"])

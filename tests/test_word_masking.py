@@ -11,14 +11,17 @@ import sys
 import numpy as np
 import pytest
 import tensorflow as tf
-from helpers import pretrain_data, procs
+from helpers import accumulation_runs, pretrain_data, procs
 from helpers.paths import GOLDEN
 from scipy import stats
 
+from electra_tf import optimization, training
 from electra_tf.config import PretrainingConfig
-from electra_tf.pretraining import masking, word_masking
+from electra_tf.pretraining import masking, task, word_masking
 from electra_tf.pretraining import objective as objective_lib
 from electra_tf.pretraining.builder import build_pretraining_model
+from electra_tf.training.accumulation import BATCH_TOTALS
+from electra_tf.training.replica_step import ReplicaStep
 
 REPO = pathlib.Path(__file__).resolve().parents[1]
 ENV = {**os.environ, "TF_CPP_MIN_LOG_LEVEL": "3", "CUDA_VISIBLE_DEVICES": "-1",
@@ -280,6 +283,83 @@ def test_every_objective_masks_whole_words(tmp_path, vocab_file, name, kind):
     assert all(len(chosen & set(w)) in (0, len(w)) for w in words), (b, sorted(chosen))
 
 
+def _word_features(table, rng, batch=8, seq=32, cont_frac=0.3):
+  """[CLS] a [SEP] b [SEP] rows of the golden vocabulary, ``cont_frac`` of them ``##`` pieces."""
+  ids = np.where(rng.random((batch, seq)) < cont_frac, rng.choice(np.flatnonzero(table),
+                                                                  (batch, seq)),
+                 rng.integers(1000, 1016, (batch, seq))).astype(np.int32)
+  ids[:, 0], ids[:, seq // 2 - 1], ids[:, -1] = 101, 102, 102
+  return {"input_ids": tf.constant(ids), "input_mask": tf.ones_like(ids),
+          "segment_ids": tf.zeros_like(ids)}
+
+
+@pytest.mark.parametrize("kind", [word_masking.WHOLE_WORD, word_masking.SPAN])
+def test_accumulated_totals_count_the_pieces_the_micro_batches_mask(tmp_path, vocab_file, kind):
+  """With 2 micro-batches, the update's generator total is the sum of the pieces the two
+  micro-batch steps mask (rows left short of the budget included), at every step."""
+  k = 2
+  config = PretrainingConfig("m", str(tmp_path), **TINY, masking=kind, vocab_file=vocab_file,
+                             gradient_accumulation_steps=k)
+  model = build_pretraining_model(config)
+  features = _word_features(word_masking.continuation_table(vocab_file),
+                            np.random.default_rng(4), cont_frac=0.8)
+
+  def step_fn(micro, seed):
+    out = model(micro, training=True, seed=seed)
+    return {"total_loss": out["total_loss"], "update_gen": micro[BATCH_TOTALS]["gen"],
+            "own_gen": tf.reduce_sum(out["masked_lm_weights"])}
+
+  replica_step = ReplicaStep(model, None, step_fn, seed=3, num_replicas=1, micro_batches=k,
+                             loss_weight=1.0,
+                             batch_totals_fn=task.batch_totals_fn(model.objective,
+                                                                  model.continuation))
+  gradients = tf.function(replica_step.gradients)
+  seen = set()
+  for index in range(6):
+    _, outputs = gradients(features, tf.constant(index, tf.int64))
+    own = k * outputs["own_gen"].numpy()  # outputs are means over the micro-batches
+    assert outputs["update_gen"].numpy() == pytest.approx(own, abs=1e-3), index
+    seen.add(float(own))
+  assert len(seen) > 1  # the draws change how many pieces fit
+
+
+@pytest.mark.slow  # two Trainer runs of one update each: ~15 s
+@pytest.mark.parametrize("kind", [word_masking.WHOLE_WORD, word_masking.SPAN])
+def test_two_micro_batches_give_the_one_batch_update(tmp_path, vocab_file, kind):
+  """Trainer update with gradient_accumulation_steps 2 == the update on the whole batch, with
+  the same injected masking / sampling draws per row and no dropout (loss, weights, slots)."""
+  batch = accumulation_runs.BATCH
+  config = PretrainingConfig("m", str(tmp_path), **{
+      **TINY, "model_hparam_overrides": {**TINY["model_hparam_overrides"],
+                                         **accumulation_runs.NO_DROPOUT}},
+      masking=kind, vocab_file=vocab_file)
+  rng = np.random.default_rng(6)
+  features = {k: v.numpy() for k, v in _word_features(
+      word_masking.continuation_table(vocab_file), rng, batch=batch, cont_frac=0.8).items()}
+  n, seq = config.max_predictions_per_seq, config.max_seq_length
+  features.update({name: rng.random(shape).astype(np.float32) for name, shape in (
+      ("unit_uniform", [batch, seq]), ("span_uniform", [batch, seq]),
+      ("mask_uniform", [batch, n]), ("gumbel_uniform", [batch, n, config.vocab_size]))})
+
+  def build(strategy):
+    training.set_seed(5)
+    with strategy.scope():
+      model = build_pretraining_model(config)
+      optimizer = accumulation_runs.RecordingAdamW(
+          optimization.WarmupPolynomialDecay(1e-3, 10, 0.0, step_offset=1),
+          weight_decay_rate=0.01)
+    return (model, optimizer, task.train_step_fn(model, []),
+            task.batch_totals_fn(model.objective, model.continuation))
+
+  strategy = training.get_strategy("one_device", num_gpus=0)
+  one, two = (accumulation_runs.one_update(strategy, build, features, k, str(tmp_path / f"k{k}"))
+              for k in (1, 2))
+  np.testing.assert_allclose(two.pop("loss"), one.pop("loss"), rtol=1e-6)
+  assert sorted(one) == sorted(two)
+  for key in sorted(one):
+    np.testing.assert_allclose(two[key], one[key], rtol=0, atol=1e-6, err_msg=key)
+
+
 @pytest.fixture(scope="module")
 def pretrain_dir(tmp_path_factory, data_dir, vocab_file) -> pathlib.Path:
   return pretrain_data.build_data_dir(tmp_path_factory.mktemp("pretrain_words"), vocab_file,
@@ -318,3 +398,21 @@ def test_run_pretraining_trains_records_and_keeps_the_masking(pretrain_dir, kind
   assert lines[-1].endswith(f"hparams.json in {home} says masking \"{kind}\" but --hparams "
                             f"gives \"{other}\""), log[-2000:]
   assert "Traceback" not in log
+
+
+@pytest.mark.slow
+def test_mirrored_two_replicas_train_whole_words(pretrain_dir):
+  """MirroredStrategy over 2 logical CPUs, 2 micro-batches an update: each replica masks
+  whole words of its own batch and the run trains to the end."""
+  hparams = {**TINY, "masking": word_masking.WHOLE_WORD, "gradient_accumulation_steps": 2}
+  proc = subprocess.Popen(
+      [sys.executable, str(REPO / "tests" / "helpers" / "mirrored_pretraining.py"),
+       "--distribution_strategy=mirrored", "--data-dir", str(pretrain_dir),
+       "--model-name", "mirrored_words", "--hparams", json.dumps(hparams)],
+      env=ENV, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+  log = procs.finish(proc, 300)
+  assert proc.returncode == 0, log[-3000:]
+  assert "2 micro-batches of 2 examples per replica per update (global batch 8)" in log, log
+  assert "2/2 = 100.0%" in log, log[-3000:]
+  assert "masking whole_word" in log
+  assert (pretrain_dir / "models" / "mirrored_words" / "checkpoint").exists()

@@ -18,6 +18,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any, NamedTuple
 
+import numpy as np
 import tensorflow as tf
 import tf_keras
 
@@ -130,17 +131,27 @@ class PretrainingModel(tf_keras.Model):
     self.built = True
 
   def get_config(self) -> dict:
-    """JSON-able: ``name``, ``objective`` (a dict), the parts' Keras configs and which parts
-    share an ``Embeddings`` layer (see ``pretraining.part_configs``)."""
+    """JSON-able: ``name``, ``objective`` (a dict), the parts' Keras configs, which parts
+    share an ``Embeddings`` layer (see ``pretraining.part_configs``) and, for whole-word /
+    span masking, the continuation table as ``{"size": V, "ids": [the ## piece ids]}``."""
     parts = {name: getattr(self, name) for name in parts_lib.PART_NAMES}
-    return {"name": self.name, "trainable": self.trainable,
-            "objective": self.objective.to_dict(), **parts_lib.serialize_parts(parts)}
+    config = {"name": self.name, "trainable": self.trainable,
+              "objective": self.objective.to_dict(), **parts_lib.serialize_parts(parts)}
+    if self.continuation is not None:
+      table = self.continuation.numpy()
+      config["continuation"] = {"size": int(table.shape[0]),
+                                "ids": np.flatnonzero(table).tolist()}
+    return config
 
   @classmethod
   def from_config(cls, config: dict, custom_objects=None) -> PretrainingModel:
     """A new model with the same parts (fresh weights), tied embeddings tied again."""
+    continuation = None
+    if config.get("continuation") is not None:
+      continuation = np.zeros(config["continuation"]["size"], bool)
+      continuation[config["continuation"]["ids"]] = True
     model = cls(Objective.from_dict(config["objective"]), **parts_lib.deserialize_parts(config),
-                name=config.get("name", "pretraining_model"))
+                continuation=continuation, name=config.get("name", "pretraining_model"))
     model.trainable = config.get("trainable", True)
     return model
 

@@ -25,7 +25,7 @@ from electra_tf import checkpoints, tokenization, training
 from electra_tf.config import PretrainingConfig
 from electra_tf.console import log
 from electra_tf.optimization import create_optimizer
-from electra_tf.pretraining import data, flops, masking
+from electra_tf.pretraining import data, flops, masking, word_masking
 from electra_tf.pretraining import metrics as metrics_lib
 from electra_tf.pretraining import objective as objective_lib
 from electra_tf.pretraining.builder import build_pretraining_model
@@ -70,27 +70,29 @@ def _loss_denominators(objective: objective_lib.Objective, gen_weights: tf.Tenso
 
 def batch_totals_fn(objective: objective_lib.Objective, continuation: tf.Tensor | None = None
                     ) -> Callable:
-  """totals(replica batch) -> the loss denominators of the whole batch, for accumulation.
+  """totals(micro-batch features, its step seed [2]) -> its loss denominators; the Trainer
+  adds them over the update's micro-batches (``training.replica_step``).
 
   Token masking weights do not depend on the random draws (only on ``input_mask`` and the
-  tokens), so fixed draws give the weights the model's own masking gives each micro-batch.
-  Whole-word / span masking (``continuation``: bool [V] ``##`` pieces) fill the same budget
-  but may leave a row short of it by a word that does not fit, so there the generator total
-  is that of fixed draws: a close estimate, not the exact count.
+  tokens), so fixed draws give the weights the model's own masking gives. Whole-word / span
+  masking (``continuation``: bool [V] ``##`` pieces) may leave a row short of its budget
+  depending on the draws, so there the micro-batch is masked with the draws the model takes
+  from the same seed (and injected ``DRAW_KEYS``): the exact count.
   """
 
-  def totals(features):
+  def totals(features, seed):
     inputs = masking.features_to_inputs(features)
     if objective.generator == objective_lib.TWO_TOWERS:
       gen_weights = masking.get_candidates_mask(inputs, objective.vocab)
-    else:
+    elif objective.masking == word_masking.TOKEN:
       shape = tf.stack([tf.shape(inputs.input_ids)[0], objective.max_predictions_per_seq])
-      seq = tf.shape(inputs.input_ids)
       fixed = {"categorical_positions": tf.zeros(shape, tf.int32),
-               "mask_uniform": tf.ones(shape, tf.float32),
-               "unit_uniform": tf.zeros(seq, tf.float32), "span_uniform": tf.zeros(seq)}
-      gen_weights = objective_lib.mask(inputs, objective, fixed,
-                                       continuation=continuation).masked_lm_weights
+               "mask_uniform": tf.ones(shape, tf.float32)}
+      gen_weights = objective_lib.mask(inputs, objective, fixed).masked_lm_weights
+    else:  # as PretrainingModel.call masks
+      mask_seed, _ = objective.step_seeds(seed)
+      gen_weights = objective_lib.mask(inputs, objective, _draws(features), mask_seed,
+                                       continuation).masked_lm_weights
     return _loss_denominators(objective, gen_weights, inputs.input_mask)
 
   return totals

@@ -87,6 +87,20 @@ def micro_batch_weight(micro_batch_losses: str, k: int) -> float:
   return 1.0 / k if micro_batch_losses == "mean" else 1.0
 
 
+def sum_over_micro_batches(fn: Callable[[tf.Tensor], Mapping[str, tf.Tensor]], k: int
+                           ) -> dict[str, tf.Tensor]:
+  """``sum over j < k of fn(j)`` by name (``fn(j)``: scalars of micro-batch j, an int64
+  scalar), in a tf.while_loop so the graph holds one copy of ``fn`` whatever k."""
+  first = dict(fn(tf.constant(0, tf.int64)))
+
+  def body(j, sums):
+    more = fn(j)
+    return j + 1, {name: sums[name] + more[name] for name in sums}
+
+  _, sums = tf.while_loop(lambda j, _: j < k, body, (tf.constant(1, tf.int64), first))
+  return sums
+
+
 # run(j) -> (float32 gradients of micro-batch j, its scalar outputs); j is an int64 scalar
 MicroBatchRun = Callable[[tf.Tensor], tuple[list, dict[str, tf.Tensor]]]
 

@@ -24,8 +24,10 @@ tf.IndexedSlices; their rows from all k micro-batches reach the optimizer unmerg
 clipping norm counts the same rows as for one batch, as the official CPU/GPU graph's norm does
 for any k. `micro_batch_losses` says how micro-batch losses combine; the logged `total_loss` is
 the update's (their mean or sum), other scalars are means over micro-batches.
-`batch_totals_fn(replica batch)`, when given, is computed once per update and passed to every
-micro-batch's step_fn as `features[accumulation.BATCH_TOTALS]`.
+`batch_totals_fn(micro-batch, its seed)`, when given, gives each micro-batch's loss
+denominators with the seed its step_fn gets (so they count what that step will draw); their sum
+over the k micro-batches is passed to every micro-batch's step_fn as
+`features[accumulation.BATCH_TOTALS]`.
 """
 
 from __future__ import annotations
@@ -39,7 +41,7 @@ from electra_tf.training import accumulation
 
 Features = Mapping[str, tf.Tensor]
 StepFn = Callable[[Features, tf.Tensor], Mapping[str, tf.Tensor]]
-BatchTotalsFn = Callable[[Features], Mapping[str, tf.Tensor]]
+BatchTotalsFn = Callable[[Features, tf.Tensor], Mapping[str, tf.Tensor]]
 
 
 def scalars(outputs: Mapping[str, tf.Tensor]) -> dict[str, tf.Tensor]:
@@ -103,15 +105,20 @@ class ReplicaStep:
     if k == 1:
       grads, outputs = self._grad_fn(features, step_seed(self.seed, index, self.num_replicas))
       return accumulation.float32_grads(grads), outputs
-    totals = None if self.batch_totals_fn is None else dict(self.batch_totals_fn(features))
     split = accumulation.split_batch(features, k)
     first = tf.cast(index, tf.int64) * k
+
+    def seed(j):
+      return step_seed(self.seed, first + j, self.num_replicas)
+
+    totals = None if self.batch_totals_fn is None else accumulation.sum_over_micro_batches(
+        lambda j: self.batch_totals_fn(accumulation.micro_batch(split, j), seed(j)), k)
 
     def run(j):
       micro = accumulation.micro_batch(split, j)
       if totals is not None:
         micro[accumulation.BATCH_TOTALS] = totals
-      grads, outputs = self._grad_fn(micro, step_seed(self.seed, first + j, self.num_replicas))
+      grads, outputs = self._grad_fn(micro, seed(j))
       return accumulation.float32_grads(grads), outputs
 
     return accumulation.sum_micro_batches(run, k, losses_summed=self.loss_weight == 1.0)
