@@ -5,10 +5,8 @@ Which official functions made which file (everything runs the unedited checkout)
 - ``model.ckpt.*``, ``checkpoint``, ``variables.tsv``: the variables created by
   ``run_pretraining.PretrainingModel(config, features, is_training=False)`` (official
   initializers under ``tf.set_random_seed(20200323)``), then biases / betas overwritten with
-  N(0, 0.05^2), output biases with N(0, 2^2), gammas with 1 + N(0, 0.1^2), and N(0, 0.2^2)
-  added to every kernel and embedding table (``KERNEL_NOISE``; ``RandomState(7)``, sorted
-  names), so pre-activations leave the small range of the 0.02 initialisation, where the erf
-  and tanh GELUs, LayerNorm epsilons and softmax scales agree; saved by
+  N(0, 0.05^2), output biases with N(0, 2^2) and gammas with 1 + N(0, 0.1^2)
+  (``RandomState(7)``, sorted names), saved by
   ``tf.compat.v1.train.Saver(save_relative_paths=True)``.
 - ``variables_train_graph.tsv``: ``PretrainingModel(..., is_training=True)`` followed by
   ``optimization.create_optimizer`` with the config's settings (as ``model_fn_builder`` does).
@@ -37,9 +35,6 @@ import numpy as np
 from tools.official_goldens import files, official
 
 SEED = 20200323
-# noise added to kernels and embeddings (as hf_pair's NOISE): intermediate pre-activations of
-# standard deviation ~1 and far-from-uniform attention, where porting mistakes show
-KERNEL_NOISE = 0.2
 ROOT = pathlib.Path(__file__).resolve().parents[2]
 TEXT = ROOT / "tests" / "data" / "gutenberg"
 
@@ -244,8 +239,7 @@ OUTPUT_BIAS_STD = 2.0
 
 
 def _overwrite(sess, variables, rs: np.random.RandomState) -> list[str]:
-  """Constant-initialised variables get random values, kernels and embeddings added noise
-  (sorted names): see module docstring."""
+  """Constant-initialised variables get random values (sorted names): see module docstring."""
   done = []
   for var in sorted(variables, key=lambda v: v.op.name):
     name = var.op.name
@@ -256,8 +250,6 @@ def _overwrite(sess, variables, rs: np.random.RandomState) -> list[str]:
       value = rs.normal(0.0, 0.05, shape)
     elif name.endswith("/gamma"):
       value = 1.0 + rs.normal(0.0, 0.1, shape)
-    elif name.endswith(("/kernel", "_embeddings")):  # as hf_pair: well above the 0.02 init
-      value = sess.run(var) + rs.normal(0.0, KERNEL_NOISE, shape)
     else:
       continue
     var.load(value.astype(np.float32), sess)
