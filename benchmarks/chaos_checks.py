@@ -22,7 +22,7 @@ _DATA = re.compile(r"^ckpt-(\d+)\.data-\d+-of-(\d+)$")
 # and state-file temp names, input-state temp folders, write probes, non-chief scratch folders,
 # a staged folder whose swap was not finished, a fine-tuning set-aside's journal left behind
 _LEFTOVER = re.compile(r"^\..*\.tmp-|_temp(_[0-9a-f]+)?$|_temp/|\.tmp[0-9a-f]{32}$|"
-                       r"^ckpt-\d+\.tmp-[0-9a-f]+$|^\.tmp-|^\.write_probe_|^worker_tmp_\d+$|"
+                       r"^ckpt-\d+\.tmp-[0-9a-f]+$|^\.tmp-|^\.write_probe_|^worker_tmp_\d+(-[0-9a-f]+)?$|"
                        r"^\..+\.staged$|^set_aside\.json$")
 _SKIPPED = ("save_counter", "_CHECKPOINTABLE_OBJECT_GRAPH")  # differ with the number of saves
 

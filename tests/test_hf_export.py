@@ -20,7 +20,7 @@ from electra_tf.modeling.bert_config import BertConfig
 from electra_tf.modeling.encoder import Transformer
 from electra_tf.modeling.heads import DiscriminatorHead, MaskedLMHead
 
-ATOL = 1e-4
+ATOL = 1e-5
 
 
 # ---------------------------------------------------------------- models under test

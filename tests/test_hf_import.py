@@ -16,7 +16,7 @@ from electra_tf.pretraining import masking
 from electra_tf.pretraining.builder import build_pretraining_model
 from electra_tf.reading import hf_import
 
-ATOL = 1e-4
+ATOL = 1e-5
 
 
 def _model(hparams, variables=None):
