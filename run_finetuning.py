@@ -43,8 +43,9 @@ from absl import flags  # noqa: E402
 
 from electra_tf import training  # noqa: E402
 from electra_tf.cli import data_dir_and_model_name  # noqa: E402
-from electra_tf.config import FinetuningConfig, load_hparams  # noqa: E402
+from electra_tf.config import FinetuningConfig  # noqa: E402
 from electra_tf.finetuning.trials import run_finetuning  # noqa: E402
+from electra_tf.hparams_input import load_hparams  # noqa: E402
 from electra_tf.reading.model_source import finetuning_config  # noqa: E402
 from electra_tf.training.runtime import define_strategy_flag  # noqa: E402
 

@@ -108,7 +108,7 @@ def define_flags() -> None:
 def main(argv: Sequence[str]) -> None:
   data_dir, model_name = data_dir_and_model_name(list(argv))
   from electra_tf import folder_lock
-  from electra_tf.config import load_hparams
+  from electra_tf.hparams_input import load_hparams
   from electra_tf.reading.model_source import pretraining_config
   from electra_tf.training import restart
 

@@ -64,11 +64,12 @@ from official.nlp.modeling import models, networks  # noqa: E402
 from timing import Runner  # noqa: E402
 
 from electra_tf import tokenization, training  # noqa: E402
-from electra_tf.config import FinetuningConfig, get_bert_config  # noqa: E402
+from electra_tf.config import FinetuningConfig  # noqa: E402
 from electra_tf.finetuning import finetuning_model as model_lib  # noqa: E402
 from electra_tf.finetuning import registry  # noqa: E402
 from electra_tf.finetuning.runner import train_step_outputs  # noqa: E402
 from electra_tf.interop.finetuned_saved_model import FinetunedExport, export_finetuned_saved_model  # noqa: E402
+from electra_tf.model_sizes import get_bert_config  # noqa: E402
 
 _SHARED = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "..",
                        "shared")

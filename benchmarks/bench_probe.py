@@ -27,7 +27,8 @@ os.environ.setdefault("TF_USE_LEGACY_KERAS", "1")
 sys.path.insert(0, str(pathlib.Path(__file__).resolve().parents[1]))
 
 from data_prep import build_pretraining_dataset as bpd  # noqa: E402
-from electra_tf.config import PretrainingConfig, load_hparams  # noqa: E402
+from electra_tf.config import PretrainingConfig  # noqa: E402
+from electra_tf.hparams_input import load_hparams  # noqa: E402
 from electra_tf.pretraining.run import train_or_eval  # noqa: E402
 from electra_tf.probing import during_pretraining as dp  # noqa: E402
 

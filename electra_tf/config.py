@@ -3,21 +3,18 @@
 ``PretrainingConfig`` mirrors the official ``configure_pretraining.py`` and ``FinetuningConfig``
 the official ``configure_finetuning.py``, including the order in which defaults, ``--hparams``,
 size / task presets and ``debug`` are applied, so the same ``--hparams`` give the same values.
-``get_bert_config`` / ``get_generator_config`` turn a config into transformer sizes. Other modules
-take plain values from these objects; nothing here builds a model.
+``model_sizes`` turns a config into transformer sizes and ``hparams_input`` reads ``--hparams``.
+Other modules take plain values from these objects; nothing here builds a model.
 """
 
 from __future__ import annotations
 
-import copy
 import dataclasses
-import json
 import os
 import typing
 from typing import Any
 
 from electra_tf.hparams import HParams
-from electra_tf.modeling.bert_config import BertConfig
 
 # Official util/training_utils.get_bert_config: per-size defaults before model_hparam_overrides.
 MODEL_SIZES: dict[str, dict[str, int]] = {
@@ -25,14 +22,9 @@ MODEL_SIZES: dict[str, dict[str, int]] = {
   "base": {"hidden_size": 768, "num_hidden_layers": 12},
   "large": {"hidden_size": 1024, "num_hidden_layers": 24},
 }
-# Official PretrainingModel / FinetuningModel shrink the transformer to this when debug is on.
 OPTIMIZERS = ("adamw", "lamb")  # electra_tf.optimization.create_optimizer(optimizer=...)
 # Pre-training masking (``pretraining/word_masking.py``): the official one, whole words, spans.
 MASKINGS = ("token", "whole_word", "span")
-DEBUG_BERT_SIZES: dict[str, int] = {
-  "num_hidden_layers": 3, "hidden_size": 144, "intermediate_size": 144 * 4,
-  "num_attention_heads": 4,
-}
 
 
 # Official presets, as {hparam: value} tables applied in the order each config's __init__ says.
@@ -376,88 +368,3 @@ def _exists(path: str) -> bool:
 
     return tf.io.gfile.exists(path)
   return os.path.exists(path)
-
-
-def get_bert_config(config: PretrainingConfig | FinetuningConfig) -> BertConfig:
-  """Discriminator / fine-tuning encoder sizes (official ``training_utils.get_bert_config``).
-
-  Size preset, ``vocab_size``, ``model_hparam_overrides``; heads = max(1, hidden // 64) and
-  intermediate = 4 * hidden unless overridden. With ``debug`` the official model classes then
-  shrink it to DEBUG_BERT_SIZES; that happens here so every caller sees the same sizes.
-  """
-  if config.model_size not in MODEL_SIZES:
-    raise ValueError(f"Unknown model_size {config.model_size!r}")
-  args: dict[str, Any] = dict(MODEL_SIZES[config.model_size], vocab_size=config.vocab_size)
-  args.update(config.model_hparam_overrides)
-  args["num_attention_heads"] = max(1, args["hidden_size"] // 64)
-  args["intermediate_size"] = 4 * args["hidden_size"]
-  args.update(config.model_hparam_overrides)
-  if config.debug:
-    args.update(DEBUG_BERT_SIZES)
-  try:
-    return BertConfig.from_dict(args)
-  except (TypeError, ValueError) as e:
-    raise ValueError(f"model_hparam_overrides: {e}") from None
-
-
-def get_generator_config(config: PretrainingConfig, bert_config: BertConfig) -> BertConfig:
-  """Generator sizes (official ``run_pretraining.get_generator_config``).
-
-  hidden = int(round(H * generator_hidden_size)) (Python 3 round: half to even), layers =
-  int(round(L * generator_layers)), intermediate = 4 * hidden, heads = max(1, hidden // 64);
-  everything else as the discriminator.
-  """
-  hidden = int(round(bert_config.hidden_size * config.generator_hidden_size))
-  layers = int(round(bert_config.num_hidden_layers * config.generator_layers))
-  if hidden < 1 or layers < 1:
-    raise ValueError(f"generator would have hidden size {hidden} and {layers} layers; raise "
-                     "generator_hidden_size / generator_layers")
-  return bert_config.replace(hidden_size=hidden, num_hidden_layers=layers,
-                             intermediate_size=4 * hidden,
-                             num_attention_heads=max(1, hidden // 64))
-
-
-PRESETS_DIR = os.path.join(os.path.dirname(os.path.abspath(__file__)), "configs")
-
-
-def preset_path(value: str) -> str | None:
-  """The shipped ``configs/`` preset ``value`` names (``electra_small`` or
-  ``electra_small.json``), when ``value`` is no existing file: ``--hparams`` finds the presets
-  from an installed package as from a clone. None otherwise."""
-  name = value if value.endswith(".json") else value + ".json"
-  if os.sep in value or "/" in value or os.path.exists(value) or not name[:-5].isidentifier():
-    return None
-  path = os.path.join(PRESETS_DIR, name)
-  return path if os.path.isfile(path) else None
-
-
-def load_hparams(hparams: str | dict[str, Any] | None) -> dict[str, Any]:
-  """``--hparams`` as the official scripts read it: a value ending in ``.json`` is a file,
-  anything else a JSON object literal; a dict is copied, None or blank means no hparams."""
-  if hparams is None:
-    return {}
-  if isinstance(hparams, dict):
-    return copy.deepcopy(hparams)
-  if not isinstance(hparams, str):
-    raise ValueError(f"hparams must be a JSON string, a .json path or a dict, got "
-                     f"{type(hparams).__name__}")
-  hparams = preset_path(hparams.strip()) or hparams
-  if hparams.strip().endswith(".json"):
-    path = hparams.strip()
-    try:
-      with open(path) as f:
-        text = f.read()
-    except OSError as e:
-      raise ValueError(f"cannot read hparams file {path}: {e.strerror}") from None
-    source = f"hparams file {path}"
-  else:
-    if not hparams.strip():
-      return {}
-    text, source = hparams, "--hparams"
-  try:
-    value = json.loads(text)
-  except json.JSONDecodeError as e:
-    raise ValueError(f"{source} is not valid JSON: {e}") from None
-  if not isinstance(value, dict):
-    raise ValueError(f"{source} must be a JSON object, got {type(value).__name__}")
-  return value

@@ -7,6 +7,8 @@ import pytest
 from helpers.paths import GOLDEN
 
 from electra_tf import config as C
+from electra_tf.hparams_input import load_hparams
+from electra_tf.model_sizes import get_bert_config, get_generator_config
 from electra_tf.modeling.bert_config import BertConfig
 
 REPO_CONFIGS = os.path.join(os.path.dirname(os.path.dirname(__file__)), "configs")
@@ -107,16 +109,16 @@ def test_untied_generator_embeddings_matches_golden():
 
 
 def _check_pretraining_folder(ref):
-  cfg = C.PretrainingConfig("M", "D", **C.load_hparams(str(ref / "hparams.json")))
+  cfg = C.PretrainingConfig("M", "D", **load_hparams(str(ref / "hparams.json")))
   resolved = _load(ref / "pretraining_config_resolved.json")
   ours = cfg.to_dict()
   _assert_same(ours, resolved)
   assert set(ours) - set(resolved) == (PRETRAINING_PATHS | {"seed", "init_checkpoint"}
                                       | OURS_UPDATE | OURS_MASKING)
 
-  bert = C.get_bert_config(cfg)
+  bert = get_bert_config(cfg)
   assert bert == BertConfig.from_json_file(str(ref / "bert_config.json"))
-  generator = C.get_generator_config(cfg, bert)
+  generator = get_generator_config(cfg, bert)
   assert generator == BertConfig.from_json_file(str(ref / "generator_bert_config.json"))
 
 
@@ -172,61 +174,6 @@ def test_to_json_round_trips():
   assert cfg.to_dict()["seed"] == 3
 
 
-# ---------------------------------------------------------------- transformer sizes
-
-@pytest.mark.parametrize("size, hidden, layers, heads, inter", [
-  ("small", 256, 12, 4, 1024), ("base", 768, 12, 12, 3072), ("large", 1024, 24, 16, 4096),
-])
-def test_bert_config_size_presets(size, hidden, layers, heads, inter):
-  bert = C.get_bert_config(C.PretrainingConfig("M", "D", model_size=size, vocab_size=100))
-  assert (bert.hidden_size, bert.num_hidden_layers, bert.num_attention_heads,
-          bert.intermediate_size, bert.vocab_size) == (hidden, layers, heads, inter, 100)
-
-
-def test_bert_config_overrides():
-  cfg = C.PretrainingConfig("M", "D", model_hparam_overrides={"hidden_size": 128})
-  bert = C.get_bert_config(cfg)  # heads / intermediate follow the overridden hidden size
-  assert (bert.hidden_size, bert.num_attention_heads, bert.intermediate_size) == (128, 2, 512)
-  cfg = C.PretrainingConfig("M", "D", model_hparam_overrides={
-    "hidden_size": 128, "num_attention_heads": 8, "vocab_size": 99})
-  bert = C.get_bert_config(cfg)
-  assert (bert.num_attention_heads, bert.vocab_size) == (8, 99)
-  with pytest.raises(ValueError, match="model_hparam_overrides.*hidden_sise"):
-    C.get_bert_config(C.PretrainingConfig("M", "D", model_hparam_overrides={"hidden_sise": 1}))
-
-
-def test_bert_config_debug_shrinks_after_overrides():
-  cfg = C.FinetuningConfig("M", "D", debug=True, model_hparam_overrides={"hidden_size": 512})
-  bert = C.get_bert_config(cfg)
-  assert (bert.num_hidden_layers, bert.hidden_size, bert.intermediate_size,
-          bert.num_attention_heads) == (3, 144, 576, 4)
-
-
-@pytest.mark.parametrize("size, frac, layers_frac, hidden, heads, layers", [
-  ("base", 0.33333, 1.0, 256, 4, 12),  # 767.99 rounds to 256
-  ("small", 1.0, 1.0, 256, 4, 12),  # released ELECTRA-Small
-  ("large", 0.25, 0.5, 256, 4, 12),
-  ("small", 0.25, 0.75, 64, 1, 9),
-])
-def test_generator_config(size, frac, layers_frac, hidden, heads, layers):
-  cfg = C.PretrainingConfig("M", "D", model_size=size, generator_hidden_size=frac,
-                            generator_layers=layers_frac)
-  gen = C.get_generator_config(cfg, C.get_bert_config(cfg))
-  assert (gen.hidden_size, gen.num_attention_heads, gen.intermediate_size,
-          gen.num_hidden_layers) == (hidden, heads, 4 * hidden, layers)
-
-
-def test_generator_rounds_half_to_even_like_python3():
-  cfg = C.PretrainingConfig("M", "D", generator_hidden_size=0.25,
-                            model_hparam_overrides={"hidden_size": 10, "num_hidden_layers": 5},
-                            generator_layers=0.5)
-  gen = C.get_generator_config(cfg, C.get_bert_config(cfg))
-  assert (gen.hidden_size, gen.num_hidden_layers) == (round(2.5), round(2.5)) == (2, 2)
-  with pytest.raises(ValueError, match="generator_hidden_size"):
-    C.get_generator_config(C.PretrainingConfig("M", "D", generator_hidden_size=0.001),
-                           C.get_bert_config(C.PretrainingConfig("M", "D")))
-
-
 # ---------------------------------------------------------------- fine-tuning
 
 def test_finetuning_official_defaults():
@@ -237,12 +184,12 @@ def test_finetuning_official_defaults():
 
 def test_finetuning_matches_reference(reference_dir):
   ref = reference_dir / "finetune_heads"
-  cfg = C.FinetuningConfig("M", "D", **C.load_hparams(str(ref / "hparams.json")))
+  cfg = C.FinetuningConfig("M", "D", **load_hparams(str(ref / "hparams.json")))
   resolved = _load(ref / "finetuning_config_resolved.json")
   ours = cfg.to_dict()
   _assert_same(ours, resolved)
   assert set(ours) - set(resolved) == FINETUNING_PATHS | {"seed"} | OURS_UPDATE
-  assert C.get_bert_config(cfg) == BertConfig.from_json_file(str(ref / "bert_config.json"))
+  assert get_bert_config(cfg) == BertConfig.from_json_file(str(ref / "bert_config.json"))
   # official layout of the paths the resolved file leaves out, for the multi-task name
   assert cfg.model_dir == "D/models/M/finetuning_models/rte,sts,squad,chunk_model"
   assert cfg.qa_preds_file("squad") == "D/models/M/results/rte,sts,squad,chunk_qa/squad_preds.json"
@@ -324,39 +271,6 @@ def test_finetuning_bad_hparams(kwargs, words):
     assert word in str(info.value)
 
 
-# ---------------------------------------------------------------- --hparams
-
-def test_load_hparams_forms(tmp_path):
-  assert C.load_hparams(None) == {} and C.load_hparams("  ") == {}
-  assert C.load_hparams('{"debug": true, "mask_prob": 0.2}') == {"debug": True, "mask_prob": 0.2}
-  given = {"model_hparam_overrides": {"hidden_size": 64}}
-  loaded = C.load_hparams(given)
-  assert loaded == given and loaded is not given
-  path = tmp_path / "h.json"
-  path.write_text('{"model_size": "base"}')
-  assert C.load_hparams(str(path)) == {"model_size": "base"}
-
-
-@pytest.mark.parametrize("text, words", [
-  ("{'debug': true}", ["--hparams", "not valid JSON"]),
-  ("[1, 2]", ["JSON object", "list"]),
-  ("missing.json", ["missing.json"]),
-])
-def test_load_hparams_errors(tmp_path, text, words):
-  with pytest.raises(ValueError) as info:
-    C.load_hparams(text)
-  assert "\n" not in str(info.value)
-  for word in words:
-    assert word in str(info.value)
-
-
-def test_load_hparams_bad_file(tmp_path):
-  path = tmp_path / "bad.json"
-  path.write_text('{"debug": tru')
-  with pytest.raises(ValueError, match=f"hparams file {path} is not valid JSON"):
-    C.load_hparams(str(path))
-
-
 # ---------------------------------------------------------------- configs/
 
 def _config_file(name):
@@ -366,29 +280,29 @@ def _config_file(name):
 @pytest.mark.parametrize("name", sorted(f for f in os.listdir(REPO_CONFIGS)
                                         if f.endswith(".json")))
 def test_repo_configs_load(name):
-  cfg = C.PretrainingConfig("M", "D", **C.load_hparams(_config_file(name)))
-  bert = C.get_bert_config(cfg)
+  cfg = C.PretrainingConfig("M", "D", **load_hparams(_config_file(name)))
+  bert = get_bert_config(cfg)
   assert cfg.max_seq_length <= bert.max_position_embeddings
   assert bert.hidden_size % bert.num_attention_heads == 0
-  gen = C.get_generator_config(cfg, bert)
+  gen = get_generator_config(cfg, bert)
   assert gen.hidden_size % gen.num_attention_heads == 0
 
 
 def test_repo_config_values():
   # official configure_pretraining.py: base/large values from its commented-out presets
-  base = C.PretrainingConfig("M", "D", **C.load_hparams(_config_file("electra_base.json")))
+  base = C.PretrainingConfig("M", "D", **load_hparams(_config_file("electra_base.json")))
   assert (base.max_seq_length, base.learning_rate, base.embedding_size,
           base.generator_hidden_size, base.train_batch_size) == (512, 2e-4, 768, 0.33333, 256)
-  large = C.PretrainingConfig("M", "D", **C.load_hparams(_config_file("electra_large.json")))
+  large = C.PretrainingConfig("M", "D", **load_hparams(_config_file("electra_large.json")))
   assert (large.mask_prob, large.embedding_size, large.train_batch_size,
           large.max_predictions_per_seq) == (0.25, 1024, 2048, 130)
-  electric = C.PretrainingConfig("M", "D", **C.load_hparams(_config_file("electric_base.json")))
+  electric = C.PretrainingConfig("M", "D", **load_hparams(_config_file("electric_base.json")))
   assert electric.electric_objective and electric.two_tower_generator
   assert not electric.electra_objective
-  mlm = C.PretrainingConfig("M", "D", **C.load_hparams(_config_file("mlm_base.json")))
+  mlm = C.PretrainingConfig("M", "D", **load_hparams(_config_file("mlm_base.json")))
   assert not mlm.electra_objective and not mlm.electric_objective
   # official README: continuing from released ELECTRA-Small needs generator_hidden_size 1.0
   released = C.PretrainingConfig(
-    "M", "D", **C.load_hparams(_config_file("electra_small_released.json")))
-  gen = C.get_generator_config(released, C.get_bert_config(released))
+    "M", "D", **load_hparams(_config_file("electra_small_released.json")))
+  gen = get_generator_config(released, get_bert_config(released))
   assert (gen.hidden_size, released.embedding_size) == (256, 128)

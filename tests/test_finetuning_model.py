@@ -9,9 +9,10 @@ import pytest
 import tensorflow as tf
 
 from electra_tf import names
-from electra_tf.config import FinetuningConfig, PretrainingConfig, load_hparams
+from electra_tf.config import FinetuningConfig, PretrainingConfig
 from electra_tf.finetuning import finetuning_model as model_lib
 from electra_tf.finetuning import registry
+from electra_tf.hparams_input import load_hparams
 from electra_tf.interop import finetuned_saved_model as export
 from electra_tf.pretraining import masking
 from electra_tf.pretraining.builder import build_pretraining_model

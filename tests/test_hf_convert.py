@@ -12,8 +12,9 @@ import tensorflow as tf
 from helpers.checkpoint_asserts import assert_same_checkpoint, max_diff
 from safetensors.numpy import load_file
 
-from electra_tf.config import PretrainingConfig, get_bert_config, get_generator_config
+from electra_tf.config import PretrainingConfig
 from electra_tf.interop.conversion import EXPORTS, convert
+from electra_tf.model_sizes import get_bert_config, get_generator_config
 from electra_tf.modeling.bert_config import BertConfig
 from electra_tf.reading import model_dir
 

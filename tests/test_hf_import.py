@@ -10,8 +10,9 @@ import pytest
 import tensorflow as tf
 from safetensors.numpy import load_file, save_file
 
-from electra_tf.config import PretrainingConfig, get_bert_config, get_generator_config
+from electra_tf.config import PretrainingConfig
 from electra_tf.interop import hf_export, hf_tokenizer
+from electra_tf.model_sizes import get_bert_config, get_generator_config
 from electra_tf.pretraining import masking
 from electra_tf.pretraining.builder import build_pretraining_model
 from electra_tf.reading import hf_import

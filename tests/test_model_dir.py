@@ -10,13 +10,9 @@ import tensorflow as tf
 from helpers.paths import GOLDEN, REPO_ROOT
 
 from electra_tf import checkpoints
-from electra_tf.config import (
-  FinetuningConfig,
-  PretrainingConfig,
-  get_bert_config,
-  get_generator_config,
-  load_hparams,
-)
+from electra_tf.config import FinetuningConfig, PretrainingConfig
+from electra_tf.hparams_input import load_hparams
+from electra_tf.model_sizes import get_bert_config, get_generator_config
 from electra_tf.modeling.bert_config import BertConfig
 from electra_tf.pretraining.builder import build_pretraining_model
 from electra_tf.reading import model_dir

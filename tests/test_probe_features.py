@@ -14,8 +14,9 @@ import tensorflow as tf
 from helpers import probe_data, user_data
 from helpers.paths import GOLDEN
 
-from electra_tf.config import PretrainingConfig, get_bert_config
+from electra_tf.config import PretrainingConfig
 from electra_tf.finetuning import registry
+from electra_tf.model_sizes import get_bert_config
 from electra_tf.pretraining.builder import build_pretraining_model
 from electra_tf.probing import probe, ridge
 from tests.helpers.paths import REPO_ROOT

@@ -29,7 +29,8 @@ import numpy as np  # noqa: E402
 from absl import app, flags  # noqa: E402
 
 from electra_tf import tokenization  # noqa: E402
-from electra_tf.config import PretrainingConfig, get_bert_config  # noqa: E402
+from electra_tf.config import PretrainingConfig  # noqa: E402
+from electra_tf.model_sizes import get_bert_config  # noqa: E402
 from electra_tf.probing import probe, ridge  # noqa: E402
 from electra_tf.reading import model_dir, model_source  # noqa: E402
 

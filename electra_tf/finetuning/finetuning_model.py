@@ -34,10 +34,11 @@ import tensorflow as tf
 import tf_keras
 
 from electra_tf import checkpoints
-from electra_tf.config import FinetuningConfig, get_bert_config
+from electra_tf.config import FinetuningConfig
 from electra_tf.finetuning.run_settings import check_settings
 from electra_tf.finetuning.task_base import Task
 from electra_tf.finetuning.task_heads import multitask_loss
+from electra_tf.model_sizes import get_bert_config
 from electra_tf.modeling.bert_config import BertConfig
 from electra_tf.modeling.dropout import site_seed
 from electra_tf.modeling.encoder import Transformer
@@ -68,7 +69,7 @@ class FinetuningModel(tf_keras.Model):
   """Shared encoder + task heads, built eagerly so ``tf1_variables()`` is complete at once.
 
   Args:
-    bert_config: encoder sizes (``electra_tf.config.get_bert_config``).
+    bert_config: encoder sizes (``electra_tf.model_sizes.get_bert_config``).
     tasks: the run's tasks in ``task_id`` order (``task.make_head()`` gives each head), or the
       ``HeadSpec``s ``from_config`` makes.
     embedding_size: E; an ``electra/embeddings_project`` [E, H] is added when E != H.

@@ -14,10 +14,11 @@ from collections.abc import Sequence
 import tensorflow as tf
 
 from electra_tf import atomic_io
-from electra_tf.config import FinetuningConfig, get_bert_config
+from electra_tf.config import FinetuningConfig
 from electra_tf.console import WIDTH, setting_value, wrapped  # noqa: F401 -- WIDTH: re-exported
 from electra_tf.finetuning.builtin.qa import QATask
 from electra_tf.finetuning.task_base import Task
+from electra_tf.model_sizes import get_bert_config
 
 TRAINING = ("max_seq_length", "train_batch_size", "num_train_epochs", "learning_rate",
             "layerwise_lr_decay")

@@ -37,23 +37,20 @@ import tensorflow as tf
 from absl import app, flags
 
 from electra_tf import checkpoints, console, names
-from electra_tf.config import (
-  FinetuningConfig,
-  PretrainingConfig,
-  get_bert_config,
-  load_hparams,
-)
+from electra_tf.config import FinetuningConfig, PretrainingConfig
 from electra_tf.finetuning import registry
 from electra_tf.finetuning.finetuning_model import (
   FinetuningModel,
   create_model,
   load_init_checkpoint,
 )
+from electra_tf.hparams_input import load_hparams
 from electra_tf.interop import deploy_exports, staged_output
 from electra_tf.interop.finetuned_saved_model import export_finetuned_saved_model
 from electra_tf.interop.hf_export import export_hf
 from electra_tf.interop.hf_tokenizer import write_tokenizer_files
 from electra_tf.interop.saved_model import export_encoder_saved_model, export_saved_model
+from electra_tf.model_sizes import get_bert_config
 from electra_tf.optimization import create_optimizer
 from electra_tf.pretraining.builder import build_pretraining_model
 from electra_tf.pretraining.pretraining_model import PretrainingModel

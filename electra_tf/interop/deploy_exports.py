@@ -12,7 +12,6 @@ import os
 from collections.abc import Sequence
 from typing import Any
 
-from electra_tf.config import get_bert_config
 from electra_tf.interop import litert_eval, litert_export, signatures
 from electra_tf.interop.keras_hub_export import (
   KERAS_HUB_DIR,
@@ -22,6 +21,7 @@ from electra_tf.interop.keras_hub_export import (
   note_differences,
   sample_inputs,
 )
+from electra_tf.model_sizes import get_bert_config
 from electra_tf.reading import model_dir
 
 DEV_ROWS = 1000  # dev rows per task on which convert --litert measures each variant

@@ -12,7 +12,8 @@ from collections.abc import Mapping
 from typing import Any
 
 from electra_tf import names
-from electra_tf.config import PretrainingConfig, get_bert_config, get_generator_config
+from electra_tf.config import PretrainingConfig
+from electra_tf.model_sizes import get_bert_config, get_generator_config
 from electra_tf.modeling.encoder import Transformer
 from electra_tf.modeling.heads import DiscriminatorHead, MaskedLMHead
 from electra_tf.pretraining import masking, word_masking
@@ -76,7 +77,7 @@ def build_pretraining_model(config: PretrainingConfig, vocab: Mapping[str, int] 
                             ) -> PretrainingModel:
   """Builds every tower and head the config's objective needs, then the model.
 
-  Sizes: ``config.get_bert_config`` (discriminator) and ``get_generator_config`` (the
+  Sizes: ``model_sizes.get_bert_config`` (discriminator) and ``get_generator_config`` (the
   generator's own towers); ``embedding_size`` (None: the hidden size) for the discriminator,
   whose embedding tables a generator reads unless ``untied_generator_embeddings``. Whole-word
   and span masking read the ``##`` continuation table from ``config.vocab_file`` here, once.

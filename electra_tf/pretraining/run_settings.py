@@ -15,8 +15,9 @@ from __future__ import annotations
 import os
 
 from electra_tf import atomic_io
-from electra_tf.config import PretrainingConfig, get_bert_config, get_generator_config
+from electra_tf.config import PretrainingConfig
 from electra_tf.console import setting_value, wrapped
+from electra_tf.model_sizes import get_bert_config, get_generator_config
 
 CONFIG_FILE = "config.json"
 TRAINING = ("train_batch_size", "num_train_steps", "learning_rate", "num_warmup_steps",

@@ -40,9 +40,10 @@ import tf_keras
 from absl import flags
 
 from electra_tf import atomic_io, probing
-from electra_tf.config import PretrainingConfig, get_bert_config
+from electra_tf.config import PretrainingConfig
 from electra_tf.console import error_line, log
 from electra_tf.finetuning import registry
+from electra_tf.model_sizes import get_bert_config
 from electra_tf.probing import paired, probe, verdict
 from electra_tf.training import runtime
 

@@ -31,7 +31,8 @@ from collections.abc import Mapping
 from typing import Any
 
 from electra_tf import atomic_io, checkpoints
-from electra_tf.config import DEBUG_BERT_SIZES, MODEL_SIZES, get_bert_config
+from electra_tf.config import MODEL_SIZES
+from electra_tf.model_sizes import DEBUG_BERT_SIZES, get_bert_config
 
 HPARAMS_FILE = "hparams.json"
 VOCAB_FILE = "vocab.txt"
