@@ -16,7 +16,7 @@ from electra_tf.config import PretrainingConfig
 from electra_tf.interop.conversion import EXPORTS, convert
 from electra_tf.model_sizes import get_bert_config, get_generator_config
 from electra_tf.modeling.bert_config import BertConfig
-from electra_tf.reading import model_dir
+from electra_tf.reading import checkpoint_hparams, model_dir
 
 ATOL = 1e-5  # HF (PyTorch) and TF sum in different orders, see the reference README
 
@@ -141,7 +141,7 @@ def test_official_checkpoint_without_hparams_is_inferred(reference_dir, tmp_path
   # A checkpoint has no head count (shapes cannot tell): the official rule, heads_for(hidden),
   # gives it. The extended lane's file has exactly that (4 for 256); the golden lane's tiny
   # electra_small_2l overrides it (2 heads at hidden 32; the rule gives 1), so take the rule's.
-  heads = model_dir.heads_for(disc_json["hidden_size"])
+  heads = checkpoint_hparams.heads_for(disc_json["hidden_size"])
   assert bert.num_attention_heads == heads
   assert bert == BertConfig.from_dict({**disc_json, "num_attention_heads": heads})
   assert get_generator_config(config, bert) == BertConfig.from_json_file(

@@ -32,7 +32,7 @@ from electra_tf import tokenization  # noqa: E402
 from electra_tf.config import PretrainingConfig  # noqa: E402
 from electra_tf.model_sizes import get_bert_config  # noqa: E402
 from electra_tf.probing import probe, ridge  # noqa: E402
-from electra_tf.reading import model_dir, model_source  # noqa: E402
+from electra_tf.reading import checkpoint_hparams, model_source  # noqa: E402
 
 FLAGS = flags.FLAGS
 flags.DEFINE_list("model_dirs", [], "Pre-trained models (model dirs or checkpoints), one shape.")
@@ -71,7 +71,7 @@ def main(argv: list[str]) -> None:
   if not FLAGS.model_dirs:
     raise app.UsageError("--model_dirs is required")
   penalty = None if FLAGS.ridge == "auto" else float(FLAGS.ridge)
-  stored, _ = model_dir.model_hparams(FLAGS.model_dirs[0])
+  stored, _ = checkpoint_hparams.model_hparams(FLAGS.model_dirs[0])
   config = PretrainingConfig("probe", "", **(stored or {}))
   vocab = FLAGS.vocab_file or model_source.vocab_beside(FLAGS.model_dirs[0])
   if vocab is None:

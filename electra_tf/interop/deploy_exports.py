@@ -22,7 +22,7 @@ from electra_tf.interop.keras_hub_export import (
   sample_inputs,
 )
 from electra_tf.model_sizes import get_bert_config
-from electra_tf.reading import model_dir
+from electra_tf.reading import checkpoint_hparams, model_dir
 
 DEV_ROWS = 1000  # dev rows per task on which convert --litert measures each variant
 
@@ -34,7 +34,7 @@ def check_requests(litert: Sequence[str], keras_hub: bool, checkpoint: str,
   variants = litert_export.parse_variants(litert) if litert else []
   if variants and not finetuned:
     try:
-      stored = model_dir.model_hparams(checkpoint)[0]
+      stored = checkpoint_hparams.model_hparams(checkpoint)[0]
     except (OSError, ValueError):
       stored = None
     raise ValueError(litert_export.no_finetuned_head_message(checkpoint, stored))

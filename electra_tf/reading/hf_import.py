@@ -28,7 +28,7 @@ import numpy as np
 
 from electra_tf import names
 from electra_tf.modeling.bert_config import BertConfig
-from electra_tf.reading.model_dir import shape_hparams
+from electra_tf.reading.checkpoint_hparams import shape_hparams
 
 CONFIG_FILE = "config.json"
 DISCRIMINATOR_DIR = "discriminator"  # the two folders of a pair, as ``hf_export`` writes them

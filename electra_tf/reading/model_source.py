@@ -27,7 +27,7 @@ import tensorflow as tf
 
 from electra_tf import checkpoints
 from electra_tf.config import FinetuningConfig, PretrainingConfig
-from electra_tf.reading import hf_import, model_dir
+from electra_tf.reading import checkpoint_hparams, hf_import, model_dir
 
 HUGGING_FACE, TF1, TF2 = "huggingface", "tf1", "tf2"  # LoadedModel.kind
 
@@ -172,7 +172,7 @@ def describe(path: str | None, user: Mapping[str, Any], target: str = "pretraini
     return ModelSource(dict(user))
   if model.kind != TF1:
     return ModelSource(dict(user), "", vocab_beside(path), model)
-  inferred, summary = model_dir.infer_hparams_from_checkpoint(model.prefix)
+  inferred, summary = checkpoint_hparams.infer_hparams_from_checkpoint(model.prefix)
   merged = model_dir.merge_hparams(inferred, user, source=f"checkpoint {model.prefix}",
                                    target=target, inferred=True)
   return ModelSource(merged, summary, vocab_beside(path), model)
