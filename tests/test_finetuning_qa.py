@@ -168,29 +168,6 @@ def test_dev_split_has_no_positions(squad_json, tokenizer, tmp_path):
   assert "squad_start_positions" not in f and f["squad_eid"] == 0
 
 
-def test_helpers_hand_cases(tmp_path):
-  # its own vocabulary: the goldens' small one splits "1895" into single digits
-  vocab = tmp_path / "vocab.txt"
-  vocab.write_text("\n".join(["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]", "(", ")", "-", ".",
-                              "1895", "1943"]) + "\n", encoding="utf-8")
-  tokenizer = registry.make_tokenizer(str(vocab))
-  words, offsets = qa.split_context("Sir  Walter\u202fElliot, of\tKellynch")
-  assert words == ["Sir", "Walter", "Elliot,", "of", "Kellynch"]
-  assert offsets[:6] == [0, 0, 0, 0, 0, 1] and len(offsets) == 31
-  # "(1895-1943)." -> word pieces ( 1895 - 1943 ) . ; the answer "1895" is narrowed to one piece
-  pieces = tokenizer.tokenize("(1895-1943).")
-  assert qa.improve_answer_span(pieces, 0, len(pieces) - 1, tokenizer, "1895") == (1, 1)
-  spans = qa.doc_spans(10, 4, 3)
-  assert spans == [qa.DocSpan(0, 4), qa.DocSpan(3, 4), qa.DocSpan(6, 4)]
-  # token 4 is in spans 0 (right context 0) and 1 (left 1, right 2): span 1 wins
-  assert qa.is_max_context(spans, 1, 4) and not qa.is_max_context(spans, 0, 4)
-  basic = tokenizer.basic_tokenizer
-  assert qa.get_final_text("steve smith", "Steve Smith's", basic) == "Steve Smith"
-  assert qa.get_final_text("1895", "(1895-1943).", basic) == "1895"
-  assert qa.get_final_text("cafe", "Caf\u00e9s", basic) == "Caf\u00e9"  # accent stripped
-  assert qa.get_final_text("xyz", "Steve", basic) == "Steve"  # not found: original text
-
-
 def _decode_hand_case(max_answer_length, n_best_size):
   """One window of ten single-piece words; start / end logits (not joint) rank the spans."""
   from electra_tf.finetuning.builtin import qa_decoding
