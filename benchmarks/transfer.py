@@ -32,24 +32,32 @@ One command, the whole experiment (defaults: about an hour on 2 CPU cores; docs/
 from __future__ import annotations
 
 import argparse
-import hashlib
 import json
 import os
-import random
-import re
 import statistics
-import subprocess
 import sys
 import time
 from collections.abc import Sequence
 from typing import Any
 
-REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-if REPO not in sys.path:
-  sys.path.insert(0, REPO)
-
-STARTS = ("random", "mlm", "electra")  # table column order
-SST_SPLIT_SEED = 0  # label budgets and held-out rows: the same for every run
+from transfer_data import (
+  read_sst,
+  sentences_of,
+  split_sst,
+  write_corpus,
+  write_tsv,
+)
+from transfer_report import STARTS, report
+from transfer_reuse import claim_out_dir, model_key, read_json, refuse_other, write_json
+from transfer_runs import (
+  REPO,
+  Runner,
+  flops_per_example,
+  pretraining_hparams,
+  read_unsup_results,
+  shape_hparams,
+  trial_accuracies,
+)
 
 
 def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
@@ -111,327 +119,6 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
                  help="at least this many fine-tuning steps (more epochs for small budgets)")
   g.add_argument("--starts", default=",".join(STARTS), help="subset of random,mlm,electra")
   return p.parse_args(argv)
-
-
-# ---------------------------------------------------------------- data
-
-def read_sst(path: str) -> list[tuple[str, str]]:
-  """Rows ``(text, label)`` of a GLUE SST-2 ``train.tsv`` / ``dev.tsv`` (header skipped)."""
-  rows = []
-  with open(path, encoding="utf-8") as f:
-    header = f.readline().rstrip("\n").split("\t")
-    if header[:2] != ["sentence", "label"]:
-      raise ValueError(f"{path}: header {header!r}, expected sentence<TAB>label")
-    for n, line in enumerate(f, 2):
-      parts = line.rstrip("\n").split("\t")
-      if len(parts) != 2 or parts[1] not in ("0", "1"):
-        raise ValueError(f"{path}, row {n}: expected sentence<TAB>0|1, got {line[:80]!r}")
-      rows.append((parts[0].strip(), parts[1]))
-  return rows
-
-
-def sentences_of(phrases: Sequence[str]) -> tuple[list[str], list[int]]:
-  """The phrases no longer phrase contains (as a token span), and for every phrase the index of
-  one such sentence that contains it. SST-2 train holds every parse-tree node of ~7k sentences,
-  so pre-training on all rows would read each sentence many times over."""
-  unique = sorted({tuple(p.split()) for p in phrases}, key=lambda t: (-len(t), t))
-  owner: dict[tuple[str, ...], int] = {}
-  sentences: list[str] = []
-  for tokens in unique:
-    if tokens in owner:
-      continue
-    index = len(sentences)
-    sentences.append(" ".join(tokens))
-    for i in range(len(tokens)):
-      for j in range(i + 1, len(tokens) + 1):
-        owner.setdefault(tokens[i:j], index)
-  return sentences, [owner[tuple(p.split())] for p in phrases]
-
-
-def wikitext_articles(path: str) -> list[list[str]]:
-  """wikitext-2 raw text as articles (a top-level ``= Title =`` starts one), heading lines
-  dropped, one paragraph per line."""
-  articles: list[list[str]] = []
-  with open(path, encoding="utf-8", errors="replace") as f:
-    for line in f:
-      text = line.strip()
-      if re.fullmatch(r"= [^=].* =", text):
-        articles.append([])
-      elif text and not text.startswith("="):
-        if not articles:
-          articles.append([])
-        articles[-1].append(text)
-  return [a for a in articles if a]
-
-
-def write_corpus(args: argparse.Namespace, sentences: list[str], corpus_dir: str) -> dict:
-  """Writes the pre-training text files (blank line = document end); returns counts."""
-  os.makedirs(corpus_dir, exist_ok=True)
-  order = sentences[:]
-  random.Random(SST_SPLIT_SEED).shuffle(order)
-  if args.max_sentences:
-    order = order[:args.max_sentences]
-  per = args.sentences_per_doc
-  with open(os.path.join(corpus_dir, "sst2_train_sentences.txt"), "w", encoding="utf-8") as f:
-    for i in range(0, len(order), per):
-      f.write("\n".join(order[i:i + per]) + "\n\n")
-  counts = {"sst2_sentences": len(order), "sst2_words": sum(len(s.split()) for s in order)}
-  wiki = os.path.join(corpus_dir, "wikitext2_test.txt")
-  if args.no_wikitext:
-    if os.path.exists(wiki):
-      os.remove(wiki)
-    return counts
-  articles = wikitext_articles(os.path.join(args.data_dir, "wikitext2", "wiki.test.raw"))
-  with open(wiki, "w", encoding="utf-8") as f:
-    for article in articles:
-      f.write("\n".join(article) + "\n\n")
-  counts.update(wikitext_articles=len(articles),
-                wikitext_words=sum(len(p.split()) for a in articles for p in a))
-  return counts
-
-
-def split_sst(train: list[tuple[str, str]], budgets: list[int], heldout_sentences: int
-              ) -> tuple[dict[int, list[tuple[str, str]]], list[tuple[str, str]]]:
-  """Label budgets (nested: each smaller budget is a prefix of the larger) and held-out rows.
-
-  The held-out rows are whole sentences, and no budget row is a piece of one of them (not
-  even a single word), so choosing fine-tuning hparams on them leaks no label; the dev set
-  stays untouched."""
-  sentences, owner = sentences_of([text for text, _ in train])
-  label = {}
-  for (text, y), o in zip(train, owner, strict=True):
-    if sentences[o] == " ".join(text.split()):
-      label[o] = y
-  rng = random.Random(SST_SPLIT_SEED)
-  candidates = sorted(label)
-  held = sorted(rng.sample(candidates, min(heldout_sentences, len(candidates))))
-  heldout = [(sentences[o], label[o]) for o in held]
-  held_spans = set()
-  for text, _ in heldout:
-    tokens = tuple(text.split())
-    held_spans.update(tokens[i:j] for i in range(len(tokens))
-                      for j in range(i + 1, len(tokens) + 1))
-  pool = [row for row in train if tuple(row[0].split()) not in held_spans]
-  rng.shuffle(pool)
-  if max(budgets) > len(pool):
-    raise ValueError(f"label budget {max(budgets)} is larger than the {len(pool)} SST-2 train "
-                     "rows outside the held-out sentences")
-  return {b: pool[:b] for b in budgets}, heldout
-
-
-def write_tsv(rows: Sequence[tuple[str, str]], path: str) -> None:
-  os.makedirs(os.path.dirname(path), exist_ok=True)
-  with open(path, "w", encoding="utf-8") as f:
-    f.write("sentence\tlabel\n")
-    f.writelines(f"{text} \t{y}\n" for text, y in rows)
-
-
-# ---------------------------------------------------------------- runs
-
-class Runner:
-  """Runs the project's entry points as subprocesses, each into its own log file."""
-
-  def __init__(self, out_dir: str):
-    self.log_dir = os.path.join(out_dir, "logs")
-    os.makedirs(self.log_dir, exist_ok=True)
-    self.env = dict(os.environ, TF_USE_LEGACY_KERAS="1", PYTHONPATH=os.pathsep.join(
-                        [REPO] + [p for p in [os.environ.get("PYTHONPATH")] if p]))
-
-  def __call__(self, name: str, script: str, *flags: str) -> float:
-    """Runs ``script`` with ``flags``; returns its wall seconds. Exits naming the log on failure."""
-    log = os.path.join(self.log_dir, name + ".log")
-    start = time.time()
-    with open(log, "w", encoding="utf-8") as f:
-      code = subprocess.call([sys.executable, os.path.join(REPO, script), *flags], cwd=REPO,
-                             env=self.env, stdout=f, stderr=subprocess.STDOUT)
-    if code != 0:
-      with open(log, encoding="utf-8", errors="replace") as f:
-        tail = f.read().strip().splitlines()[-5:]
-      sys.exit(f"transfer: {script} failed (exit {code}); log {log}:\n  " + "\n  ".join(tail))
-    return time.time() - start
-
-
-def shape_hparams(args: argparse.Namespace, vocab_size: int) -> dict[str, Any]:
-  """The model shape, given explicitly so the random-init model is the same shape."""
-  return {"model_size": "small", "vocab_size": vocab_size, "embedding_size": args.embedding_size,
-          "model_hparam_overrides": {
-              "num_hidden_layers": args.layers, "hidden_size": args.hidden,
-              "num_attention_heads": args.heads, "intermediate_size": 4 * args.hidden}}
-
-
-def pretraining_hparams(args: argparse.Namespace, vocab_size: int, electra: bool,
-                        steps: int) -> dict[str, Any]:
-  return {**shape_hparams(args, vocab_size), "electra_objective": electra,
-          "generator_hidden_size": args.generator_size, "disc_weight": args.disc_weight,
-          "mask_prob": args.mask_prob, "max_seq_length": args.seq_len,
-          "train_batch_size": args.batch, "eval_batch_size": args.batch,
-          "num_train_steps": steps, "num_warmup_steps": max(1, round(args.warmup_frac * steps)),
-          "learning_rate": args.lr if electra or args.mlm_lr is None else args.mlm_lr,
-          "uniform_generator": electra and args.uniform_generator,
-          "temperature": args.temperature, "iterations_per_loop": min(args.log_every, steps),
-          "save_checkpoints_steps": min(500, steps), "num_eval_steps": args.eval_batches,
-          "seed": 1}
-
-
-def flops_per_example(hparams: dict[str, Any]) -> float:
-  """Train FLOPs of one pre-training sequence, as the training log counts them."""
-  from electra_tf import console, early_interrupt
-
-  early_interrupt.install()
-  console.quiet_logs([])  # before TensorFlow loads: no C++ / absl log lines on this console
-  console.use_tf_keras()
-  from electra_tf.config import PretrainingConfig
-  from electra_tf.pretraining import flops
-  from electra_tf.pretraining.builder import build_pretraining_model
-
-  config = PretrainingConfig("flops", "", **hparams)
-  model = build_pretraining_model(config, vocab={})
-  return flops.train_flops_per_example(model, config.max_seq_length)
-
-
-def read_unsup_results(path: str) -> dict[str, float]:
-  with open(path, encoding="utf-8") as f:
-    return {k: float(v) for k, v in (line.strip().split(" = ") for line in f if " = " in line)}
-
-
-def trial_accuracies(results_json: str) -> list[float]:
-  with open(results_json, encoding="utf-8") as f:
-    record = json.load(f)
-  return [float(t["sst"]["accuracy"]) for t in record["trials"]]
-
-
-# ---------------------------------------------------------------- report
-
-def summarise(acc: dict[int, dict[str, list[float]]]) -> dict[int, dict[str, tuple[float, float]]]:
-  return {b: {s: (statistics.mean(v), statistics.stdev(v) if len(v) > 1 else 0.0)
-              for s, v in row.items()} for b, row in acc.items()}
-
-
-def table_lines(summary: dict[int, dict[str, tuple[float, float]]], starts: Sequence[str]
-                ) -> list[str]:
-  head = f"{'labels':>7}" + "".join(f"{s:>16}" for s in starts)
-  lines = [head]
-  for b in sorted(summary):
-    cells = "".join(f"{m:>9.1f} ± {sd:<4.1f}" for m, sd in (summary[b][s] for s in starts))
-    lines.append(f"{b:>7}" + cells)
-  return lines
-
-
-def final_lines(summary: dict[int, dict[str, tuple[float, float]]]) -> list[str]:
-  """One ``transfer: labels B: ...`` line per budget, the smallest budget last."""
-  lines = []
-  for b in sorted(summary, reverse=True):
-    m = {s: summary[b][s][0] for s in summary[b]}
-    cells = "  ".join(f"{s} {m[s]:.1f}" for s in STARTS if s in m)
-    gain = (f"  (electra - random {m['electra'] - m['random']:+.1f})"
-            if "electra" in m and "random" in m else "")
-    lines.append(f"transfer: labels {b}: {cells}{gain}")
-  return lines
-
-
-def plot(summary: dict[int, dict[str, tuple[float, float]]], starts: Sequence[str],
-         eval_name: str, png: str) -> None:
-  import matplotlib
-  matplotlib.use("Agg")
-  import matplotlib.pyplot as plt
-
-  budgets = sorted(summary)
-  fig, ax = plt.subplots(figsize=(5.5, 4))
-  for s in starts:
-    ax.errorbar(budgets, [summary[b][s][0] for b in budgets],
-                yerr=[summary[b][s][1] for b in budgets], marker="o", capsize=3,
-                label={"random": "random init", "mlm": "masked-LM pre-trained",
-                       "electra": "ELECTRA pre-trained"}[s])
-  ax.set_xscale("log")
-  ax.set_xticks(budgets, [str(b) for b in budgets])
-  ax.set_xlabel("labelled SST-2 train rows")
-  ax.set_ylabel(f"SST-2 {eval_name} accuracy (mean ± sd over seeds)")
-  ax.grid(alpha=0.3)
-  ax.legend()
-  fig.tight_layout()
-  fig.savefig(png, dpi=120)
-  plt.close(fig)
-
-
-# ---------------------------------------------------------------- what a rerun may reuse
-
-# Every artefact of --out_dir is keyed by the settings that made it: the corpus (and the
-# vocabulary and TFRecords made from it) in corpus_key.json, each pre-trained model in its
-# folder's transfer_run.json, each fine-tuning run in its transfer_done.json. A rerun reuses
-# an artefact whose key matches, refuses one line's worth when a corpus or a model was made
-# with other settings, and runs a fine-tuning run again when any of its inputs changed.
-CORPUS_FLAGS = ("sentences_per_doc", "max_sentences", "no_wikitext", "vocab_size",
-                "vocab_min_count", "seq_len")
-NOT_MODEL_SETTINGS = ("iterations_per_loop", "num_eval_steps")  # logging and evaluation only
-
-
-def file_sha256(path: str) -> str:
-  digest = hashlib.sha256()
-  with open(path, "rb") as f:
-    for block in iter(lambda: f.read(1 << 20), b""):
-      digest.update(block)
-  return digest.hexdigest()
-
-
-def read_json(path: str) -> Any:
-  """The JSON at ``path``; None when it is missing or does not parse."""
-  try:
-    with open(path, encoding="utf-8") as f:
-      return json.load(f)
-  except (OSError, ValueError):
-    return None
-
-
-def write_json(path: str, obj: Any, **dumps_kwargs: Any) -> None:
-  from electra_tf import atomic_io
-
-  os.makedirs(os.path.dirname(path), exist_ok=True)
-  atomic_io.write_json(path, obj, **dumps_kwargs)
-
-
-def corpus_key(args: argparse.Namespace, sst_dir: str) -> dict[str, Any]:
-  """What the corpus, vocabulary and TFRecords are made from: their flags and the source
-  files' hashes."""
-  sources = [os.path.join(sst_dir, "train.tsv")]
-  if not args.no_wikitext:
-    sources.append(os.path.join(args.data_dir, "wikitext2", "wiki.test.raw"))
-  return json.loads(json.dumps({**{k: getattr(args, k) for k in CORPUS_FLAGS}, "sources": {
-      os.path.basename(path): file_sha256(path) for path in sources}}))
-
-
-def refuse_other(path: str, stored: Any, key: dict[str, Any], made: str) -> None:
-  """Exits with one line when ``stored`` (the key ``path`` was made with) is not ``key``."""
-  if stored == key:
-    return
-  if isinstance(stored, dict):
-    from electra_tf import console, early_interrupt
-
-    early_interrupt.install()
-    console.quiet_logs([])  # before TensorFlow loads: no C++ / absl log lines on this console
-    console.use_tf_keras()
-    from electra_tf.finetuning.features import key_changes
-
-    why = ", ".join(c.removeprefix("hparams.") for c in key_changes(stored, key)[:3])
-  else:
-    why = "no settings recorded: made by an older transfer.py"
-  sys.exit(f"transfer: {path} was {made} with other settings ({why}); use another --out_dir "
-           "(or move that folder away)")
-
-
-def claim_out_dir(args: argparse.Namespace, out: str, sst_dir: str) -> dict[str, Any]:
-  """The corpus key; refuses an --out_dir whose corpus (or models) other settings made."""
-  key, path = corpus_key(args, sst_dir), os.path.join(out, "corpus_key.json")
-  stored = read_json(path)
-  if stored is None and not os.path.isdir(os.path.join(out, "models")):
-    write_json(path, key, indent=1)
-    return key
-  refuse_other(out, stored, key, "prepared")
-  return key
-
-
-def model_key(corpus: dict[str, Any], hparams: dict[str, Any]) -> dict[str, Any]:
-  return json.loads(json.dumps({"corpus": corpus, "hparams": {
-      k: v for k, v in hparams.items() if k not in NOT_MODEL_SETTINGS}}))
 
 
 # ---------------------------------------------------------------- steps
@@ -603,24 +290,6 @@ def finetune_budgets(args: argparse.Namespace, finetune: FineTuner, budgets: lis
             + " ".join(f"{a:.1f}" for a in acc[b][s]) + f" ({info['wall_s']:.0f} s)",
             flush=True)
   return acc
-
-
-def report(args: argparse.Namespace, out: str, acc: dict[int, dict[str, list[float]]],
-           starts: list[str], n_eval: int, record: dict[str, Any], t0: float) -> None:
-  """Step 5: the table, the PNG, transfer.json and the final lines."""
-  summary = summarise(acc)
-  png = os.path.join(out, "transfer.png")
-  plot(summary, starts, args.eval_on, png)
-  record["summary"] = {str(b): {s: {"mean": m, "sd": sd} for s, (m, sd) in row.items()}
-                       for b, row in summary.items()}
-  record["timings_s"]["total"] = time.time() - t0
-  write_json(os.path.join(out, "transfer.json"), record, indent=2)
-  print(f"\nSST-2 {args.eval_on} accuracy ({n_eval} rows), mean ± sd over "
-        f"{args.seeds} seed(s):")
-  print("\n".join(table_lines(summary, starts)))
-  print(f"plot: {png}\nrecord: {os.path.join(out, 'transfer.json')}\n"
-        f"wall time: {record['timings_s']['total'] / 60:.1f} min")
-  print("\n".join(final_lines(summary)))
 
 
 # ---------------------------------------------------------------- main

@@ -1,5 +1,6 @@
-"""benchmarks/transfer.py: the SST-2 splits it fine-tunes and scores on (SST-2-format rows of
-tests/data; the real SST-2 rows in the extended lane), and the whole experiment at a tiny size as
+"""benchmarks/transfer.py and its modules (transfer_data, transfer_report, transfer_runs,
+transfer_reuse): the SST-2 splits it fine-tunes and scores on (SST-2-format rows of tests/data;
+the real SST-2 rows in the extended lane), and the whole experiment at a tiny size as
 a real subprocess (corpus -> vocab -> TFRecords -> ELECTRA and masked-LM pre-training ->
 fine-tuning from both and from random init -> table, PNG, JSON)."""
 
@@ -15,26 +16,29 @@ from helpers.paths import REPO_ROOT
 
 sys.path.insert(0, str(REPO_ROOT / "benchmarks"))
 import transfer  # noqa: E402
+import transfer_data  # noqa: E402
+import transfer_report  # noqa: E402
+import transfer_runs  # noqa: E402
 
 
 def test_sentences_of_keeps_phrases_no_longer_phrase_contains():
   phrases = ["a good film", "good film", "good", "a bad one", "bad", "film good"]
-  sentences, owner = transfer.sentences_of(phrases)
+  sentences, owner = transfer_data.sentences_of(phrases)
   assert sorted(sentences) == ["a bad one", "a good film", "film good"]
   assert [sentences[o] for o in owner] == [
       "a good film", "a good film", "a good film", "a bad one", "a bad one", "film good"]
 
 
 def _check_sst_budgets(sst_dir: pathlib.Path, big: int, small: int, held: int) -> None:
-  train = transfer.read_sst(str(sst_dir / "train.tsv"))
-  budgets, heldout = transfer.split_sst(train, [big, small], heldout_sentences=held)
+  train = transfer_data.read_sst(str(sst_dir / "train.tsv"))
+  budgets, heldout = transfer_data.split_sst(train, [big, small], heldout_sentences=held)
   assert len(budgets[big]) == big and budgets[small] == budgets[big][:small]
   assert len(heldout) == held and {y for _, y in heldout} == {"0", "1"}
   held_text = [" ".join(t.split()) for t, _ in heldout]
   for text, _ in budgets[big]:
     words = " " + " ".join(text.split()) + " "
     assert not any(words in f" {h} " for h in held_text), text
-  again = transfer.split_sst(train, [big, small], heldout_sentences=held)
+  again = transfer_data.split_sst(train, [big, small], heldout_sentences=held)
   assert again == (budgets, heldout)  # fixed seed: every run fine-tunes on the same rows
 
 
@@ -51,21 +55,22 @@ def test_sst_budgets_of_the_full_sst2_train_split(shared_data_dir):
 def test_sizing_flags_reach_only_the_run_they_name():
   args = transfer.parse_args(["--lr", "2e-4", "--mlm_lr", "1e-3", "--uniform_generator",
                               "--temperature", "3", "--batch", "8"])
-  electra = transfer.pretraining_hparams(args, 100, electra=True, steps=2400)
-  mlm = transfer.pretraining_hparams(args, 100, electra=False, steps=2564)
+  electra = transfer_runs.pretraining_hparams(args, 100, electra=True, steps=2400)
+  mlm = transfer_runs.pretraining_hparams(args, 100, electra=False, steps=2564)
   assert (electra["learning_rate"], mlm["learning_rate"]) == (2e-4, 1e-3)
   assert electra["uniform_generator"] and not mlm["uniform_generator"]
   assert electra["temperature"] == 3.0
   assert electra["train_batch_size"] == mlm["train_batch_size"] == 8
   assert (electra["num_warmup_steps"], mlm["num_train_steps"]) == (240, 2564)
   default = transfer.parse_args([])
-  assert transfer.pretraining_hparams(default, 100, electra=False, steps=1)["learning_rate"] == 1e-4
+  mlm_default = transfer_runs.pretraining_hparams(default, 100, electra=False, steps=1)
+  assert mlm_default["learning_rate"] == 1e-4
 
 
 def test_final_lines_put_the_smallest_budget_last():
   summary = {500: {"random": (60.0, 1.0), "mlm": (63.25, 0.5), "electra": (66.04, 2.0)},
              2000: {"random": (70.0, 1.0), "mlm": (71.0, 0.5), "electra": (69.5, 0.2)}}
-  assert transfer.final_lines(summary) == [
+  assert transfer_report.final_lines(summary) == [
       "transfer: labels 2000: random 70.0  mlm 71.0  electra 69.5  (electra - random -0.5)",
       "transfer: labels 500: random 60.0  mlm 63.2  electra 66.0  (electra - random +6.0)"]
 
@@ -74,7 +79,7 @@ def test_bad_sst_row_names_file_and_row(tmp_path):
   bad = tmp_path / "train.tsv"
   bad.write_text("sentence\tlabel\ngood film \t1\nno label here\n", encoding="utf-8")
   with pytest.raises(ValueError, match=r"train.tsv, row 3: expected sentence<TAB>0\|1"):
-    transfer.read_sst(str(bad))
+    transfer_data.read_sst(str(bad))
 
 
 # --heldout_sentences 40: tests/data's SST-2 train split has 318 sentences (the default 500
