@@ -22,7 +22,7 @@ from helpers import ports, pretrain_data, procs, rte_finetune, toy_train
 from helpers.paths import GOLDEN, REPO_ROOT
 
 from electra_tf import training
-from electra_tf.training import checkpoint_files, checkpointing
+from electra_tf.training import checkpoint_files, checkpoint_restore, checkpointing
 
 ENV = {**os.environ, "TF_CPP_MIN_LOG_LEVEL": "3", "CUDA_VISIBLE_DEVICES": "-1",
        "TF_USE_LEGACY_KERAS": "1", "PYTHONUNBUFFERED": "1"}  # step lines arrive as printed
@@ -409,7 +409,7 @@ def test_the_chief_moves_a_rejected_checkpoint_only_once_every_worker_has_read(t
   keeper = checkpointing.CheckpointKeeper(checkpoint, str(tmp_path), 5)
   at_barrier, lines = [], []
   path, _ = keeper.restore(
-      lines.append, lambda: checkpointing.non_finite_variable(variables),
+      lines.append, lambda: checkpoint_restore.non_finite_variable(variables),
       agree=lambda step: at_barrier.append((tmp_path / "ckpt-20.index").exists()) or [step])
   assert path == str(tmp_path / "ckpt-10") and at_barrier == [True]  # still there then
   assert not (tmp_path / "ckpt-20.index").exists() and "moved it to" in lines[0], lines

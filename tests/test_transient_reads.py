@@ -23,7 +23,7 @@ from helpers import ports, pretrain_data, procs, read_faults, rte_finetune, toy_
 from helpers.paths import GOLDEN, REPO_ROOT
 
 from electra_tf import checkpoints, folder_lock, training
-from electra_tf.training import checkpoint_files, checkpointing
+from electra_tf.training import checkpoint_files, checkpoint_restore, checkpointing
 
 ENV = read_faults.quiet_env()
 
@@ -278,7 +278,7 @@ def _keeper(folder: pathlib.Path):
                                    step=tf.Variable(0, dtype=tf.int64))
   variables = model.variables + optimizer.variables
   return (checkpointing.CheckpointKeeper(checkpoint, str(folder), 5),
-          lambda: checkpointing.non_finite_variable(variables))
+          lambda: checkpoint_restore.non_finite_variable(variables))
 
 
 def test_workers_that_restored_different_steps_all_stop_and_nothing_moves(trained, tmp_path):
@@ -288,9 +288,10 @@ def test_workers_that_restored_different_steps_all_stop_and_nothing_moves(traine
   before = _digests(folder)
   keeper, non_finite = _keeper(folder)
   said: list[int] = []
-  with pytest.raises(checkpointing.RestoreDisagreementError) as err:
+  with pytest.raises(checkpoint_restore.RestoreDisagreementError) as err:
     keeper.restore(lambda line: None, non_finite,
-                   agree=lambda step: said.append(step) or [step, checkpointing.RESTORE_FAILED])
+                   agree=lambda step: said.append(step)
+                   or [step, checkpoint_restore.RESTORE_FAILED])
   assert said == [10]
   assert str(err.value) == (
       f"the workers did not restore the same checkpoint of {folder} (worker 0: ckpt-10; "
@@ -305,7 +306,7 @@ def test_workers_that_restored_different_steps_all_stop_and_nothing_moves(traine
 def test_every_worker_gathers_through_the_strategy():
   assert training.loop.every_worker(_one_device(), 7) == [7]
   mirrored = tf.distribute.MirroredStrategy(["CPU:0"])
-  assert training.loop.every_worker(mirrored, checkpointing.NO_CHECKPOINT) == [-1]
+  assert training.loop.every_worker(mirrored, checkpoint_restore.NO_CHECKPOINT) == [-1]
 
 
 def test_two_workers_stop_when_one_cannot_read_the_checkpoint(trained, tmp_path):

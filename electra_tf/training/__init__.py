@@ -1,13 +1,11 @@
 """Strategy-agnostic training: setup (runtime), checkpoints, the loop, progress reporting."""
 
 from electra_tf.training.checkpoint_files import latest_checkpoint
-from electra_tf.training.checkpointing import (
-  CheckpointSaveError,
-  ModelDirError,
-  NonFiniteCheckpointError,
-  RestoreDisagreementError,
-  check_model_dir,
+from electra_tf.training.checkpoint_restore import (
+    NonFiniteCheckpointError,
+    RestoreDisagreementError,
 )
+from electra_tf.training.checkpointing import CheckpointSaveError, ModelDirError, check_model_dir
 from electra_tf.training.errors import InputDataError, NonFiniteLossError
 from electra_tf.training.interrupt import Interrupted
 from electra_tf.training.loop import Trainer, model_step_fn

@@ -32,7 +32,6 @@ folder of their own (`worker_tmp_<task>-<run>/`) and delete nothing else.
 
 from __future__ import annotations
 
-import functools
 import glob
 import os
 import shutil
@@ -50,6 +49,12 @@ from electra_tf.training.checkpoint_files import (
   remove_stale_worker_dirs,
   repair_state_file,
   step_of,
+)
+from electra_tf.training.checkpoint_restore import (
+  NO_CHECKPOINT,
+  RESTORE_FAILED,
+  RestoreDisagreementError,
+  restore_readable,
 )
 
 
@@ -103,82 +108,6 @@ def check_model_dir(model_dir: str, bytes_per_checkpoint: int) -> None:
     raise ModelDirError(
         f"not enough free disk space in model_dir {model_dir}: {free / 2**20:.1f} MiB free, "
         f"need {need / 2**20:.1f} MiB (2 checkpoints of model + optimizer variables)")
-
-
-def non_finite_variable(variables: list[tf.Variable]) -> str | None:
-  """Name of the first floating-point variable holding NaN or Inf, or None."""
-  for v in variables:
-    if v.dtype.is_floating and not bool(tf.reduce_all(tf.math.is_finite(v))):
-      return f"variable {v.name}"
-  return None
-
-
-class NonFiniteCheckpointError(ValueError):
-  """Every checkpoint in model_dir holds NaN or Inf values (or the older ones do not read).
-
-  ``problem`` says what is wrong with the oldest one, ``model_dir`` where they are; the
-  message ends with how to start afresh, which an entry point may replace with its own
-  (``with_advice``: e.g. a flag that does it).
-  """
-
-  def __init__(self, problem: str, model_dir: str, advice: str | None = None):
-    self.problem, self.model_dir = problem, model_dir
-    self.advice = advice or f"to start afresh, move {model_dir} aside and rerun"
-    super().__init__(f"{problem}, and no older checkpoint is usable; {self.advice}")
-
-  def with_advice(self, advice: str) -> NonFiniteCheckpointError:
-    """The same error, ending with ``advice`` (how to start afresh) instead."""
-    return NonFiniteCheckpointError(self.problem, self.model_dir, advice)
-
-
-def restore_readable(checkpoint: tf.train.Checkpoint, model_dir: str,
-                     non_finite: Callable[[], str | None] = lambda: None,
-                     rejected: list[tuple[str, str, str]] | None = None):
-  """Restores the newest checkpoint of model_dir whose files read and whose values are finite.
-
-  Returns (prefix, load status), or (None, None) without a checkpoint. A corrupt one (proof of
-  damage: a truncated data file, a damaged index, a checksum), or one after whose restore
-  `non_finite()` names a variable holding NaN or Inf, is skipped for the next older one and
-  appended to `rejected` as (prefix, what is wrong, the next older prefix);
-  CorruptCheckpointError / NonFiniteCheckpointError if none is usable (the oldest is not
-  appended). A read that fails without proof of damage (a 503, a timeout, a permission) is
-  retried, then raises CheckpointUnavailableError (checkpoints.read_retried). Reads only.
-  """
-  rejected = [] if rejected is None else rejected
-  candidates = complete_checkpoints(model_dir)
-  for i, path in enumerate(candidates):
-    last = i + 1 == len(candidates)
-    try:
-      status = checkpoints.read_retried(path, functools.partial(checkpoint.restore, path))
-    except checkpoints.CorruptCheckpointError as e:
-      if last:
-        raise
-      problem = str(e)
-    else:
-      bad = non_finite()
-      if bad is None:
-        return path, status
-      problem = f"checkpoint {path} holds NaN or Inf values ({bad})"
-      if last:
-        raise NonFiniteCheckpointError(problem, model_dir)
-    rejected.append((path, problem, candidates[i + 1]))
-  return None, None
-
-
-NO_CHECKPOINT, RESTORE_FAILED = -1, -2  # a worker's restored step when it is not a step
-
-
-class RestoreDisagreementError(RuntimeError):
-  """Workers restored different checkpoints (or some failed to): none of them may train."""
-
-  def __init__(self, model_dir: str, steps: list[int]):
-    def said(step: int) -> str:
-      return ("no checkpoint" if step == NO_CHECKPOINT else "its restore failed (see its "
-              "output)" if step == RESTORE_FAILED else f"ckpt-{step}")
-    workers = "; ".join(f"worker {i}: {said(step)}" for i, step in enumerate(steps))
-    super().__init__(f"the workers did not restore the same checkpoint of {model_dir} "
-                     f"({workers}); every worker stopped before training, nothing was moved; "
-                     "rerun once every worker sees the same files")
 
 
 def _remove_partial_save(save_dir: str, step: int, force: bool = False) -> None:

@@ -17,7 +17,8 @@ default one calls `model(features, training=...)` and ignores the seed. Where ea
   step_loop.py      the compiled multi-step loop and the stop request read before each step
   interrupt.py      Ctrl-C / SIGTERM: from the signal to the stop request
   stops.py          saves, and the end of a run on a stop, a data error or a non-finite loss
-  checkpointing.py  saves and the resume (checkpoint_files.py: which files count)
+  checkpointing.py  saves and the resume (checkpoint_files.py: which files count,
+                    checkpoint_restore.py: which checkpoint is usable)
   evaluation.py     evaluation over a number of batches
   settings.py       TrainSettings, checked when made
 This module drives them: `Trainer.train` calls the loop once per log interval
@@ -35,6 +36,7 @@ import tf_keras
 from electra_tf.console import error_line, log
 from electra_tf.training import (
   accumulation,
+  checkpoint_restore,
   checkpointing,
   evaluation,
   interrupt,
@@ -165,7 +167,7 @@ class Trainer:
     """Restores the latest checkpoint in model_dir, else runs init_fn; returns the global step.
 
     A checkpoint that is damaged or holds NaN or Inf is moved aside with a warning for the
-    newest older one that is usable (checkpointing.restore_readable); a read error that is not
+    newest older one that is usable (checkpoint_restore.restore_readable); a read error that is not
     damage is retried, then stops the run, moving nothing. Every worker must have restored the
     same step (`every_worker`), else all stop with one line. init_fn may return a
     step (e.g. that of the checkpoint it loaded): it becomes the global step, so training
@@ -173,7 +175,7 @@ class Trainer:
     """
     try:
       path, status = self._keeper.restore(
-          self.log_fn, lambda: checkpointing.non_finite_variable(self._saved_variables),
+          self.log_fn, lambda: checkpoint_restore.non_finite_variable(self._saved_variables),
           functools.partial(every_worker, self.strategy))
     except Exception as e:
       e.exit_at_once = self._collective_stop  # the other workers stop too: no teardown wait

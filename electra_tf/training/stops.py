@@ -15,7 +15,7 @@ from collections.abc import Callable
 
 import tensorflow as tf
 
-from electra_tf.training import checkpointing, interrupt, worker_data
+from electra_tf.training import checkpoint_restore, checkpointing, interrupt, worker_data
 from electra_tf.training.errors import InputDataError, NonFiniteLossError, data_error_line
 
 
@@ -34,7 +34,7 @@ class StepSaver:
     request right after a periodic save); never one holding NaN or Inf."""
     if self.keeper.made_or_restored(step):
       return
-    bad = checkpointing.non_finite_variable(self.variables)
+    bad = checkpoint_restore.non_finite_variable(self.variables)
     if bad is not None:
       raise NonFiniteLossError(
           f"{bad} became NaN or Inf at step {step}; stopped without saving, the latest "
