@@ -270,7 +270,8 @@ def test_bad_conll_and_squad_files(tokenizer, tmp_path):
   chunk = tmp_path / "finetuning_data" / "chunk"
   chunk.mkdir(parents=True)
   (chunk / "train.txt").write_text("He PRP B-NP\nreckons\n")
-  with pytest.raises(DataError, match=r"chunk/train.txt:2: expected 'word ... tag'"):
+  with pytest.raises(DataError, match=r"chunk/train.txt:2: no tag on this line "
+                                      r"\(expected 'word ... tag'\)"):
     registry.get_task("chunk", tokenizer, str(tmp_path), SEQ).get_examples("train")
   squad = tmp_path / "finetuning_data" / "squad"
   squad.mkdir()

@@ -53,31 +53,22 @@ from electra_tf.data_prep import build_pretraining_dataset as bpd  # noqa: E402
 from electra_tf.data_prep.beam_progress import ProgressLine, report_progress  # noqa: E402
 from electra_tf.data_prep.pretraining_examples import (  # noqa: E402
   SHARD_FORMAT,
-  ExampleWriter,
 )
 
 MANIFEST = ".pretrain_data.build.json"
 
 
-@dataclasses.dataclass(frozen=True)
-class BeamArgs:
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class BeamArgs(bpd.ShardArgs):
   """One Beam build (picklable: it travels to the workers with the DoFn)."""
 
   input: str
-  vocab_file: str
-  output_dir: str
   format: str = "text"
   text_field: str = "text"
   tfds_split: str = "train"
   tfds_data_dir: str | None = None
-  max_seq_length: int = 128
   num_jobs: int = 1
-  blanks_separate_docs: bool = True
-  do_lower_case: bool = True
-  strip_accents: bool = True
-  num_out_files: int = 1000
   seed: int = 0
-  chunk_lines: int = 16384
   strict: bool = False
 
 
@@ -101,12 +92,7 @@ def write_job(job_id: int, args: BeamArgs, units: list[str], tokenizer,
     mine = [u for i, u in enumerate(units) if i % args.num_jobs == job_id]
     rng.shuffle(mine)
   bad = beam_inputs.BadRecords(strict=args.strict)
-  writer = ExampleWriter(
-    job_id=job_id, vocab_file=args.vocab_file, output_dir=args.output_dir,
-    max_seq_length=args.max_seq_length, num_jobs=args.num_jobs,
-    blanks_separate_docs=args.blanks_separate_docs, do_lower_case=args.do_lower_case,
-    num_out_files=args.num_out_files, strip_accents=args.strip_accents, rng=rng,
-    chunk_lines=args.chunk_lines, tokenizer=tokenizer)
+  writer = bpd.example_writer(args, job_id, args.num_jobs, rng, tokenizer)
 
   def blocks(unit):
     yield from beam_inputs.unit_blocks(
@@ -314,16 +300,12 @@ def define_flags() -> None:
   flags.DEFINE_string("tfds_data_dir", None, "TFDS data folder (default ~/tensorflow_datasets).")
   flags.DEFINE_string("vocab_file", None, "Location of vocabulary file.")
   flags.DEFINE_string("output_dir", None, "Where to write out the tfrecords.")
-  flags.DEFINE_integer("max_seq_length", 128, "Number of tokens per example.")
   flags.DEFINE_integer("num_jobs", 1, "Jobs (the builder's --num_processes): each is one "
                        "Beam element with its own seed and shards.")
   flags.DEFINE_bool("blanks_separate_docs", True, "Blank lines end documents.")
-  flags.DEFINE_bool("do_lower_case", True, "Lower case input text.")
-  flags.DEFINE_bool("strip_accents", True, "Strip accents (only when lower-casing).")
-  flags.DEFINE_integer("num_out_files", 1000, "Number of output shards.")
   flags.DEFINE_integer("seed", 0, "Seed of the splits, lengths and file order (per job: "
                        "job_seed(seed, job)).")
-  flags.DEFINE_integer("chunk_lines", 16384, "Non-blank lines tokenized per batched call.")
+  bpd.define_tokenizing_flags()
   flags.DEFINE_bool("strict", False, "Stop at the first bad record instead of skipping it.")
   flags.mark_flags_as_required(["input", "vocab_file", "output_dir"])
 

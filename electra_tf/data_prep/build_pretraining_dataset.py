@@ -70,21 +70,28 @@ from electra_tf.data_prep.pretraining_examples import (  # noqa: E402, F401  (re
 )
 
 
-@dataclasses.dataclass(frozen=True)
-class BuildArgs:
-  """Arguments of one build; the official names (picklable for worker processes)."""
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class ShardArgs:
+  """How text becomes examples and shards: the arguments this builder and the Beam pipeline
+  share (keyword-only)."""
 
-  corpus_dir: str
   vocab_file: str
   output_dir: str
   max_seq_length: int = 128
-  num_processes: int = 1
   blanks_separate_docs: bool = True
   do_lower_case: bool = True
   strip_accents: bool = True
   num_out_files: int = 1000
-  seed: int | None = None
   chunk_lines: int = 16384
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class BuildArgs(ShardArgs):
+  """Arguments of one build; the official names (picklable for worker processes)."""
+
+  corpus_dir: str
+  num_processes: int = 1
+  seed: int | None = None
 
 
 @contextlib.contextmanager
@@ -178,6 +185,18 @@ def prepare_output_dir(output_dir: str) -> None:
     logging.info("removed %d shard(s) of an earlier build from %s", len(old), output_dir)
 
 
+def example_writer(args: ShardArgs, job_id: int, num_jobs: int, rng: random.Random,
+                   tokenizer: Any = None) -> ExampleWriter:
+  """Job ``job_id``'s writer of the shards ``args`` describe (``num_jobs``: the builder's
+  processes or the Beam pipeline's jobs)."""
+  return ExampleWriter(
+    job_id=job_id, vocab_file=args.vocab_file, output_dir=args.output_dir,
+    max_seq_length=args.max_seq_length, num_jobs=num_jobs,
+    blanks_separate_docs=args.blanks_separate_docs, do_lower_case=args.do_lower_case,
+    num_out_files=args.num_out_files, strip_accents=args.strip_accents, rng=rng,
+    chunk_lines=args.chunk_lines, tokenizer=tokenizer)
+
+
 def write_examples(job_id: int, args: BuildArgs, rng: random.Random | None = None,
                    tokenizer: Any = None) -> JobStats:
   """One job: its share of the corpus files (every `num_processes`-th), shuffled, then written.
@@ -188,12 +207,7 @@ def write_examples(job_id: int, args: BuildArgs, rng: random.Random | None = Non
   if rng is None:
     rng = random.Random(None if args.seed is None else job_seed(args.seed, job_id))
   start = time.time()
-  writer = ExampleWriter(
-    job_id=job_id, vocab_file=args.vocab_file, output_dir=args.output_dir,
-    max_seq_length=args.max_seq_length, num_jobs=args.num_processes,
-    blanks_separate_docs=args.blanks_separate_docs, do_lower_case=args.do_lower_case,
-    num_out_files=args.num_out_files, strip_accents=args.strip_accents, rng=rng,
-    chunk_lines=args.chunk_lines, tokenizer=tokenizer)
+  writer = example_writer(args, job_id, args.num_processes, rng, tokenizer)
   try:
     fnames = [f for i, f in enumerate(list_corpus_files(args.corpus_dir))
               if i % args.num_processes == job_id]
@@ -312,16 +326,21 @@ def normalize_argv(argv: Sequence[str], bool_flags: Sequence[str] = BOOL_FLAGS) 
   return out
 
 
-def define_common_flags() -> None:
-  """Flags shared with the OpenWebText builder."""
+def define_tokenizing_flags() -> None:
+  """How text becomes examples and shards: flags shared with the OpenWebText and Beam builders."""
   flags.DEFINE_integer("max_seq_length", 128, "Number of tokens per example.")
-  flags.DEFINE_integer("num_processes", 1, "Parallelize across multiple processes.")
   flags.DEFINE_bool("do_lower_case", True, "Lower case input text.")
   flags.DEFINE_bool("strip_accents", True, "Strip accents (only when lower-casing).")
   flags.DEFINE_integer("num_out_files", 1000, "Number of output shards.")
+  flags.DEFINE_integer("chunk_lines", 16384, "Non-blank lines tokenized per batched call.")
+
+
+def define_common_flags() -> None:
+  """Flags shared with the OpenWebText builder."""
+  define_tokenizing_flags()
+  flags.DEFINE_integer("num_processes", 1, "Parallelize across multiple processes.")
   flags.DEFINE_integer("seed", None, "Seed of the random A/B splits, lengths and file order; "
                        "with one process the same as the official script after random.seed.")
-  flags.DEFINE_integer("chunk_lines", 16384, "Non-blank lines tokenized per batched call.")
 
 
 def define_flags() -> None:

@@ -21,6 +21,8 @@ from electra_tf.finetuning.features import FeatureSpec, read_cached_json
 from electra_tf.finetuning.scorers import get_span_labels, get_tags
 from electra_tf.finetuning.task_base import Task, data_error, scorer_fields
 from electra_tf.finetuning.task_heads import TaggingHead
+from electra_tf.finetuning.user.records import TaggedSentence
+from electra_tf.finetuning.user.records import read_conll as read_tagged
 from electra_tf.finetuning.wordpiece import word_features
 
 LABEL_ENCODING = "BIOES"
@@ -38,40 +40,12 @@ class TaggingExample:
   labels: list[int]
 
 
-@dataclasses.dataclass
-class _Sentence:
-  words: list[str]
-  tags: list[str]
-  line: int  # 1-based line of the first word
-
-
-def read_conll(path: str, max_sentences: int | None = None) -> list[_Sentence]:
-  """Sentences of a CoNLL file: first column is the word, last column the tag."""
-  sentences: list[_Sentence] = []
-  words: list[str] = []
-  tags: list[str] = []
-  first_line = 0
-  with open(path, encoding="utf-8") as f:
-    for line_num, line in enumerate(f, start=1):
-      fields = line.strip().split()
-      if not fields:
-        if words:
-          sentences.append(_Sentence(words, tags, first_line))
-          words, tags = [], []
-          if max_sentences and len(sentences) > max_sentences:
-            return sentences
-        continue
-      if fields[0] == "-DOCSTART-":
-        continue
-      if len(fields) < 2:
-        raise data_error(path, f"expected 'word ... tag', found {line.strip()!r}", line_num)
-      if not words:
-        first_line = line_num
-      words.append(fields[0])
-      tags.append(fields[-1])
-  if words:  # the official drops a last sentence not followed by a blank line; kept here
-    sentences.append(_Sentence(words, tags, first_line))
-  return sentences
+def read_conll(path: str, max_sentences: int | None = None) -> list[TaggedSentence]:
+  """Sentences of a CoNLL file: first column is the word, last column the tag (the user tasks'
+  reader). With ``max_sentences`` (debug) it stops once it has read more than that many: the
+  first ``max_sentences + 1``."""
+  return read_tagged(path, require_tags=True,
+                     max_sentences=max_sentences + 1 if max_sentences else None)
 
 
 def to_encoding(tags: Sequence[str], encoding: str = LABEL_ENCODING) -> list[str]:
@@ -92,7 +66,7 @@ class TaggingTask(Task):
     self.label_mapping_path = label_mapping_path
     self._label_mapping: dict[str, int] | None = None
 
-  def _sentences(self, split: str) -> tuple[str, list[_Sentence]]:
+  def _sentences(self, split: str) -> tuple[str, list[TaggedSentence]]:
     path = self.split_path(split, ".txt")
     sentences = read_conll(path, _DEBUG_MAX_SENTENCES if self.debug else None)
     if not sentences:
