@@ -60,7 +60,7 @@ def main() -> None:
                              **json.loads(args.shape))
   settings = dp.ProbeSettings(args.task, args.data_dir, args.rows, args.dev_rows,
                               max_seq_length=args.max_seq_length)
-  rows = dp.read_rows(config, settings)
+  rows = dp.checked_probe_rows(config, settings)
   start = time.perf_counter()
   pool = dp.compute_reference(rows, config, tuple(range(1, 1 + max(args.seeds))))
   first = max(args.seeds) + 1

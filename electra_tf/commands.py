@@ -2,14 +2,14 @@
 
 Each runs one entry point exactly as its ``python`` form does (``python run_pretraining.py``,
 ``python -m electra_tf.convert``, ...), flags, quiet console and exit status included, from any
-folder. ``COMMANDS`` is the one list: this module's entry functions are made from it, and
-tests/test_commands.py checks that pyproject.toml names each of them and nothing else.
+folder. ``COMMANDS`` is the one list; each command has its entry function below (named as
+``entry_point`` says), and tests/test_commands.py checks that pyproject.toml names each of them
+and nothing else, and that each runs its module.
 """
 
 from __future__ import annotations
 
 import runpy
-from collections.abc import Callable
 
 # console script -> the module its ``python`` form runs as ``__main__``
 COMMANDS = {
@@ -43,17 +43,55 @@ def python_form(script: str) -> str:
   return f"python -m {module}" if "." in module else f"python {module}.py"
 
 
-def _entry(script: str, module: str) -> Callable[[], None]:
-  def run() -> None:
-    # runpy rather than importing a main(): the entry points do their own start-up under
-    # ``if __name__ == "__main__"`` (quiet console before TensorFlow loads, flag definitions).
-    runpy.run_module(module, run_name="__main__", alter_sys=True)
-
-  run.__name__ = run.__qualname__ = _function_name(script)
-  run.__doc__ = f"``{script}``: ``{python_form(script)}``."
-  return run
+def _run(script: str) -> None:
+  """Runs ``script``'s module as ``__main__``: runpy rather than importing a main(), since the
+  entry points do their own start-up under ``if __name__ == "__main__"`` (quiet console before
+  TensorFlow loads, flag definitions)."""
+  runpy.run_module(COMMANDS[script], run_name="__main__", alter_sys=True)
 
 
-for _script, _module in COMMANDS.items():
-  globals()[_function_name(_script)] = _entry(_script, _module)
-del _script, _module
+def pretrain() -> None:
+  """``electra-pretrain``: ``python run_pretraining.py``."""
+  _run("electra-pretrain")
+
+
+def finetune() -> None:
+  """``electra-finetune``: ``python run_finetuning.py``."""
+  _run("electra-finetune")
+
+
+def convert() -> None:
+  """``electra-convert``: ``python -m electra_tf.convert``."""
+  _run("electra-convert")
+
+
+def curves() -> None:
+  """``electra-curves``: ``python -m electra_tf.learning_curves``."""
+  _run("electra-curves")
+
+
+def predict() -> None:
+  """``electra-predict``: ``python -m electra_tf.predict``."""
+  _run("electra-predict")
+
+
+def build_pretraining_data() -> None:
+  """``electra-build-pretraining-data``: ``python -m
+  electra_tf.data_prep.build_pretraining_dataset``."""
+  _run("electra-build-pretraining-data")
+
+
+def build_openwebtext_data() -> None:
+  """``electra-build-openwebtext-data``: ``python -m
+  electra_tf.data_prep.build_openwebtext_pretraining_dataset``."""
+  _run("electra-build-openwebtext-data")
+
+
+def build_pretraining_data_beam() -> None:
+  """``electra-build-pretraining-data-beam``: ``python -m electra_tf.data_prep.beam_pipeline``."""
+  _run("electra-build-pretraining-data-beam")
+
+
+def learn_vocab() -> None:
+  """``electra-learn-vocab``: ``python -m electra_tf.data_prep.learn_vocab``."""
+  _run("electra-learn-vocab")

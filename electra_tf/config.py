@@ -15,6 +15,7 @@ import typing
 from typing import Any
 
 from electra_tf.hparams import HParams
+from electra_tf.model_files import VOCAB_FILE
 
 # Official util/training_utils.get_bert_config: per-size defaults before model_hparam_overrides.
 MODEL_SIZES: dict[str, dict[str, int]] = {
@@ -180,7 +181,7 @@ class PretrainingConfig(_HParams):
     self._set_defaults()
     self.model_name = model_name
     self.pretrain_tfrecords = os.path.join(data_dir, "pretrain_tfrecords/pretrain_data.tfrecord*")
-    self.vocab_file = os.path.join(data_dir, "vocab.txt")
+    self.vocab_file = os.path.join(data_dir, VOCAB_FILE)
     self.model_dir = os.path.join(data_dir, "models", model_name)
     results_dir = os.path.join(self.model_dir, "results")
     self.results_txt = os.path.join(results_dir, "unsup_results.txt")
@@ -302,9 +303,9 @@ class FinetuningConfig(_HParams):
     """Official default paths under ``data_dir`` for the run of ``tasks_str`` ("a,b")."""
     data_dir = self.data_dir
     model_home = os.path.join(data_dir, "models", self.model_name)
-    self.vocab_file = os.path.join(model_home, "vocab.txt")
+    self.vocab_file = os.path.join(model_home, VOCAB_FILE)
     if not _exists(self.vocab_file):
-      self.vocab_file = os.path.join(data_dir, "vocab.txt")
+      self.vocab_file = os.path.join(data_dir, VOCAB_FILE)
     # self.debug is still the default here, as in the official code: debug neither clears
     # init_checkpoint nor adds "-debug" to preprocessed_data_dir unless set explicitly.
     self.init_checkpoint = None if self.debug else model_home

@@ -19,7 +19,7 @@ def _probe(step, better, worse, rows=384):
   losses = np.r_[np.zeros(better), np.ones(worse), np.zeros(rows - better - worse)]
   reference = np.r_[np.ones(better), np.zeros(worse), np.zeros(rows - better - worse)]
   compared = paired.compare(losses, reference, paired.probe_alpha(3))
-  return verdict.entry(step, {"cls": 0.3, "mean": 0.5}, compared)
+  return verdict.probe_record(step, {"cls": 0.3, "mean": 0.5}, compared)
 
 
 def _demo_dir(tmp_path, history):

@@ -267,8 +267,8 @@ def test_litert_json_and_tasks_json_give_predict_the_same_task(tmp_path):
   (litert / "int8.tflite").write_bytes(b"")
   (litert / "litert.json").write_text(json.dumps({"signatures": kinds}))
   for d in definitions[:3]:
-    from_tflite = predicting.describe(str(litert / "int8.tflite"), d["name"]).definition
-    from_saved = predicting.describe(str(saved), d["name"]).definition
+    from_tflite = predicting.read_model_spec(str(litert / "int8.tflite"), d["name"]).definition
+    from_saved = predicting.read_model_spec(str(saved), d["name"]).definition
     assert from_tflite.pop("outputs") == list(signatures.OUTPUTS[d["kind"]])
     assert from_tflite == {k: v for k, v in from_saved.items() if k != "data"}, d["name"]
     assert from_tflite["signature"] == names[d["name"]] and from_tflite["name"] == d["name"]

@@ -103,7 +103,7 @@ def test_model_without_tasks_json_names_the_command_that_fixes_it(export, tmp_pa
   shutil.copytree(export / "tf1", old)
   (old / "tasks.json").unlink()
   with pytest.raises(ValueError) as err:
-    serving_models.describe(str(old))
+    serving_models.read_model_spec(str(old))
   message = str(err.value)
   assert "\n" not in message and message.startswith(f"{old} has no tasks.json")
   assert f"python -m electra_tf.convert --checkpoint {old} --data_dir" in message
@@ -140,7 +140,7 @@ def test_an_error_midway_leaves_no_output(export, tmp_path):
   rows = _csv(tmp_path / "rows.csv", "text_a\n" + "".join(f"row {i}\n" for i in range(40)))
   output = tmp_path / "out.csv"
   output.write_text("an older run's output\n")
-  definition = serving_models.describe(str(export / "litert")).definition
+  definition = serving_models.read_model_spec(str(export / "litert")).definition
   found = prediction_rows.check_rows(str(rows), definition, {})
   predictor = serving_models.open_model(str(export / "litert"))
   calls = []

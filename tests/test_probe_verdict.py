@@ -103,7 +103,7 @@ def _entry(step, cls, mean, better, worse, rows=384, probes=8):
   losses = np.r_[np.zeros(better), np.ones(worse), np.zeros(rows - better - worse)]
   reference = np.r_[np.ones(better), np.zeros(worse), np.zeros(rows - better - worse)]
   compared = paired.compare(losses, reference, paired.probe_alpha(probes))
-  return verdict.entry(step, {"cls": cls, "mean": mean}, compared)
+  return verdict.probe_record(step, {"cls": cls, "mean": mean}, compared)
 
 
 def test_the_run_words_say_what_was_measured():
@@ -168,11 +168,11 @@ def test_the_printed_difference_is_the_tested_one_beside_its_figures():
   seeds = (11, 12, 13)
   mean = 1 - losses.mean()
   tested = accuracies[compared.reference]
-  entry = verdict.entry(800, {"cls": 0.5, "mean": mean}, compared, seeds[compared.reference],
-                        tested)
+  entry = verdict.probe_record(800, {"cls": 0.5, "mean": mean}, compared,
+                               seeds[compared.reference], tested)
   assert entry["difference"] == pytest.approx(mean - tested, abs=1e-12)
   assert entry["difference"] != pytest.approx(mean - np.mean(accuracies), abs=1e-3)
-  said = verdict.words(entry, 8)
+  said = verdict.probe_sentence(entry, 8)
   assert said.startswith(f"mean-pooled {mean:.3f} minus random init seed "
                          f"{seeds[compared.reference]} ({tested:.3f}, the least favourable "
                          f"seed): {compared.better} dev rows better, {compared.worse} worse of "

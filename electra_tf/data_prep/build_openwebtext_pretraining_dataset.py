@@ -44,6 +44,7 @@ if __name__ == "__main__":
 from absl import app, flags, logging  # noqa: E402
 
 from electra_tf.data_prep import build_pretraining_dataset as bpd  # noqa: E402
+from electra_tf.model_files import VOCAB_FILE  # noqa: E402
 
 ARCHIVE_NAME = "openwebtext.tar.xz"
 SUBSETS_DIR_NAME = "openwebtext"
@@ -142,7 +143,7 @@ def resolve(args: OwtArgs) -> OwtArgs:
     raise ValueError(f"data_dir {args.data_dir!r} does not exist or is not a directory")
   args = dataclasses.replace(
     args,
-    vocab_file=args.vocab_file or os.path.join(args.data_dir, "vocab.txt"),
+    vocab_file=args.vocab_file or os.path.join(args.data_dir, VOCAB_FILE),
     output_dir=args.output_dir or os.path.join(args.data_dir, "pretrain_tfrecords"),
     tmp_dir=args.tmp_dir or os.path.join(args.data_dir, "tmp"))
   bpd.check_shape_args(args.max_seq_length, args.num_processes, args.num_out_files)

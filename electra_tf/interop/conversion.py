@@ -50,6 +50,7 @@ from electra_tf.interop.finetuned_saved_model import export_finetuned_saved_mode
 from electra_tf.interop.hf_export import export_hf
 from electra_tf.interop.hf_tokenizer import write_tokenizer_files
 from electra_tf.interop.saved_model import export_encoder_saved_model, export_saved_model
+from electra_tf.model_files import SAVED_MODEL_DIR
 from electra_tf.model_sizes import get_bert_config
 from electra_tf.optimization import create_optimizer
 from electra_tf.pretraining.builder import build_pretraining_model
@@ -57,7 +58,7 @@ from electra_tf.pretraining.pretraining_model import PretrainingModel
 from electra_tf.reading import hf_import, model_dir, model_source, model_tasks
 
 FLAGS = flags.FLAGS
-EXPORTS = ("tf1", "tf2", "saved_model", "encoder", "hf")  # the folders under --output_dir
+EXPORTS = ("tf1", "tf2", SAVED_MODEL_DIR, "encoder", "hf")  # the folders under --output_dir
 
 
 def define_flags() -> None:
@@ -90,8 +91,8 @@ def convert(checkpoint: str, hparams: str | dict, output_dir: str, hf: bool = Fa
             vocab_file: str | None = None) -> dict[str, object]:
   """Loads ``checkpoint`` (see the module docstring) into the model its stored / inferred
   shape and ``hparams`` describe and writes every format."""
-  source = model_source.describe(checkpoint, load_hparams(hparams),
-                                 generator=generator_checkpoint)
+  source = model_source.read_model_source(checkpoint, load_hparams(hparams),
+                                             generator=generator_checkpoint)
   if source.message:
     console.log(source.message)
   vocab_file = vocab_file or source.vocab_file
@@ -144,7 +145,7 @@ def write_pretraining_exports(model: PretrainingModel, variables: dict[str, tf.V
   step_var = tf.Variable(global_step, dtype=tf.int64)
   tf2_prefix = tf.train.Checkpoint(model=model, step=step_var).write(
       os.path.join(output_dir, "tf2", "ckpt"))
-  signatures = export_saved_model(model, os.path.join(output_dir, "saved_model"), vocab_file)
+  signatures = export_saved_model(model, os.path.join(output_dir, SAVED_MODEL_DIR), vocab_file)
   if model.discriminator is not None:
     export_encoder_saved_model(model.discriminator, os.path.join(output_dir, "encoder"),
                                vocab_file)
@@ -160,7 +161,7 @@ def write_pretraining_exports(model: PretrainingModel, variables: dict[str, tf.V
                            config.embedding_size, hf_dir,
                            untied_generator_embeddings=config.untied_generator_embeddings)
   write_model_files(output_dir, config, vocab_file, list(hf_folders.values()))
-  return {"tf2": tf2_prefix, "hf": hf_dir, "saved_model": os.path.join(output_dir, "saved_model"),
+  return {"tf2": tf2_prefix, "hf": hf_dir, "saved_model": os.path.join(output_dir, SAVED_MODEL_DIR),
           "signatures": signatures, "tf1": tf1_prefix}
 
 
@@ -226,7 +227,7 @@ def finetuned_config(checkpoint: str, hparams: str | dict, output_dir: str,
   stored = model_dir.read_model_hparams(checkpoint) or {}
   if "task_names" not in user and "task_names" in stored:
     user["task_names"] = stored["task_names"]
-  source = model_source.describe(checkpoint, user, target="finetuning")
+  source = model_source.read_model_source(checkpoint, user, target="finetuning")
   if source.message:
     console.log(source.message)
   merged = source.with_record(FinetuningConfig)
@@ -279,7 +280,7 @@ def write_finetuned_exports(model: FinetuningModel, tasks: list, variables: dict
   """tf2/, saved_model/ (the task signatures), encoder/ and tf1/ of a loaded fine-tuned
   model, each with its hparams.json and vocab.txt; returns where each went."""
   tf2_prefix = tf.train.Checkpoint(model=model).write(os.path.join(output_dir, "tf2", "ckpt"))
-  saved_model = os.path.join(output_dir, "saved_model")
+  saved_model = os.path.join(output_dir, SAVED_MODEL_DIR)
   signatures = export_finetuned_saved_model(model, tasks, saved_model, config.vocab_file,
                                             config.do_lower_case, config.max_seq_length)
   export_encoder_saved_model(model.encoder, os.path.join(output_dir, "encoder"),

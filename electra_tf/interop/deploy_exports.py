@@ -12,6 +12,7 @@ import os
 from collections.abc import Sequence
 from typing import Any
 
+from electra_tf import model_files
 from electra_tf.interop import litert_eval, litert_export, signatures
 from electra_tf.interop.keras_hub_export import (
   KERAS_HUB_DIR,
@@ -22,7 +23,7 @@ from electra_tf.interop.keras_hub_export import (
   sample_inputs,
 )
 from electra_tf.model_sizes import get_bert_config
-from electra_tf.reading import checkpoint_hparams, model_dir
+from electra_tf.reading import checkpoint_hparams
 
 DEV_ROWS = 1000  # dev rows per task on which convert --litert measures each variant
 
@@ -47,8 +48,7 @@ def check_requests(litert: Sequence[str], keras_hub: bool, checkpoint: str,
 
 
 def _vocab(output_dir: str) -> str | None:
-  path = os.path.join(output_dir, model_dir.VOCAB_FILE)
-  return path if os.path.exists(path) else None
+  return model_files.vocab_in(output_dir)
 
 
 def export_litert(output_dir: str, result: dict[str, Any], variants: Sequence[str],
@@ -66,7 +66,7 @@ def export_litert(output_dir: str, result: dict[str, Any], variants: Sequence[st
       config.do_lower_case, representative)
   if written["files"] and dev_rows > 0:
     exported = {t: n for t, n in names.items() if n in written["signatures"]}
-    written["dev"] = litert_eval.measure(os.path.join(output_dir, "saved_model"),
+    written["dev"] = litert_eval.measure(os.path.join(output_dir, model_files.SAVED_MODEL_DIR),
                                          written["files"], tasks, exported, dev_rows)
     litert_export.update_spec(written["dir"], {"dev": written["dev"]})
   return written

@@ -13,6 +13,7 @@ import os
 from typing import Any
 
 from electra_tf import atomic_io
+from electra_tf.model_files import VOCAB_FILE
 
 TOKENIZER_CLASS = "ElectraTokenizer"
 # role -> token, in the order transformers writes them
@@ -63,7 +64,7 @@ def write_tokenizer_files(folder: str, vocab_file: str, do_lower_case: bool,
   os.makedirs(folder, exist_ok=True)
   vocab = read_vocab(vocab_file)
   config = tokenizer_config(vocab, do_lower_case, model_max_length)
-  vocab_out = os.path.join(folder, "vocab.txt")
+  vocab_out = os.path.join(folder, VOCAB_FILE)
   if not (os.path.exists(vocab_out) and os.path.samefile(vocab_file, vocab_out)):
     atomic_io.copy_file(vocab_file, vocab_out)
   paths = [vocab_out, os.path.join(folder, "tokenizer_config.json"),

@@ -39,6 +39,7 @@ from electra_tf import atomic_io, console
 from electra_tf.interop import signatures
 from electra_tf.interop.litert_runner import SPEC_FILE
 from electra_tf.interop.task_outputs import INPUT_NAMES
+from electra_tf.model_files import SAVED_MODEL_DIR, VOCAB_FILE
 
 LITERT_DIR = "litert"
 VARIANTS = ("float32", "float16", "int8", "int8_full")
@@ -188,17 +189,17 @@ def export_litert(export_dir: str, tasks: Sequence[Any], signature_names: Mappin
   os.makedirs(out_dir, exist_ok=True)
   fixed = tempfile.mkdtemp(prefix=".fixed-", dir=out_dir)
   try:
-    write_fixed_shape_saved_model(os.path.join(export_dir, "saved_model"), list(kinds),
+    write_fixed_shape_saved_model(os.path.join(export_dir, SAVED_MODEL_DIR), list(kinds),
                                   max_seq_length, fixed)
     files, failed = _convert_variants(fixed, list(kinds), variants, out_dir, representative)
   finally:
     shutil.rmtree(fixed, ignore_errors=True)
   if vocab_file:
-    atomic_io.copy_file(vocab_file, os.path.join(out_dir, "vocab.txt"))
+    atomic_io.copy_file(vocab_file, os.path.join(out_dir, VOCAB_FILE))
   spec = {
       "inputs": {name: {"shape": [1, max_seq_length], "dtype": "int32"} for name in INPUT_NAMES},
       "max_seq_length": max_seq_length, "do_lower_case": bool(do_lower_case),
-      "vocab": "vocab.txt" if vocab_file else None,
+      "vocab": VOCAB_FILE if vocab_file else None,
       "signatures": kinds,
       "variants": {v: os.path.basename(p) for v, p in files.items()},
       "failed": failed,

@@ -5,7 +5,7 @@ r"""Label a file with a fine-tuned model (the ``python -m electra_tf.predict`` c
       [--output rows.predictions.jsonl] [--task topic] [--batch_size 32] [--show 0]
 
 Everything is checked before the model loads (``main``): the flags, ``--output`` (format,
-folder), the model's task definition (``interop.serving_models.describe``, its JSON files
+folder), the model's task definition (``interop.serving_models.read_model_spec``, its JSON files
 only), and every row of ``--input`` against it (``prediction_rows.check_rows``: columns, blank
 or unknown labels, no rows). Then the rows stream through the model in batches with a
 progress line, each written with its prediction beside the input's own columns into a hidden
@@ -29,10 +29,10 @@ from electra_tf.interop import prediction_output, prediction_rows, task_outputs
 from electra_tf.interop.serving_models import (  # noqa: F401 -- the predict API, re-exported
   ModelSpec,
   Predictor,
-  describe,
   litert_in_folder,
   load,
   open_model,
+  read_model_spec,
 )
 
 INPUTS = task_outputs.INPUT_NAMES
@@ -172,7 +172,7 @@ def main(argv: list[str]) -> None:
   prediction_rows.check_input(f.input)
   output = f.output or prediction_output.default_output(f.input)
   prediction_output.check_output(output, f.input)
-  spec = describe(f.model, f.task)
+  spec = read_model_spec(f.model, f.task)
   found = prediction_rows.check_rows(f.input, spec.definition, given, f.max_rows)
   prediction_output.output_columns(spec.definition, found.fields, output)
   predictor = load(spec, f.threads)

@@ -1,5 +1,5 @@
-"""The model ``predict`` runs: described from its JSON files first (``describe``: the task's
-definition, no weights read, so the input can be checked against it before anything heavy
+"""The model ``predict`` runs: described from its JSON files first (``read_model_spec``: the
+task's definition, no weights read, so the input can be checked against it before anything heavy
 loads), then loaded (``load``) as a batch call.
 
 ``path`` is a fine-tuned model directory (``run_finetuning.py``'s
@@ -22,7 +22,7 @@ from typing import Any
 
 import numpy as np
 
-from electra_tf import console
+from electra_tf import console, model_files
 from electra_tf.full_tokenizer import FullTokenizer
 from electra_tf.interop import task_outputs
 from electra_tf.interop.litert_runner import SPEC_FILE as LITERT_SPEC
@@ -110,7 +110,7 @@ def _definitions(folder: str, model: str) -> tuple[dict[str, Any], dict[str, dic
 
 
 def _files(spec: ModelSpec, folder: str) -> tuple[dict[str, Any], dict[str, dict]]:
-  """The (hparams.json, task definitions) ``describe`` read, else read from ``folder``."""
+  """The (hparams.json, task definitions) ``read_model_spec`` read, else read from ``folder``."""
   return (spec.hparams, spec.definitions) if spec.hparams else _definitions(folder, spec.path)
 
 
@@ -125,7 +125,7 @@ def _task_definition(definitions: dict[str, dict], task: str | None, where: str
   return signature, entries[signature]
 
 
-def describe(path: str, task: str | None = None) -> ModelSpec:
+def read_model_spec(path: str, task: str | None = None) -> ModelSpec:
   """The model at ``path`` for ``task`` (its only one if None), from its JSON files only; a
   missing model, definition or task is a one-line error."""
   if os.path.isdir(path):
@@ -137,7 +137,7 @@ def describe(path: str, task: str | None = None) -> ModelSpec:
     raise FileNotFoundError(f"--model {path} not found")
   if not console.has_tensorflow():  # a device install runs only .tflite models
     raise console.needs_tensorflow(f"--model {path}, a SavedModel or model directory,")
-  for folder in (path, os.path.join(path, "saved_model")):
+  for folder in (path, os.path.join(path, model_files.SAVED_MODEL_DIR)):
     if os.path.isfile(os.path.join(folder, "saved_model.pb")):
       hparams, definitions = _definitions(folder, path)
       signature, definition = _task_definition(definitions, task, folder)
@@ -162,8 +162,8 @@ def load(spec: ModelSpec, threads: int | None = None) -> Predictor:
 
 
 def open_model(path: str, task: str | None = None, threads: int | None = None) -> Predictor:
-  """``load(describe(path, task))``."""
-  return load(describe(path, task), threads)
+  """``load(read_model_spec(path, task))``."""
+  return load(read_model_spec(path, task), threads)
 
 
 def _litert(path: str, task: str, threads: int | None) -> Predictor:
@@ -177,10 +177,10 @@ def _litert(path: str, task: str, threads: int | None) -> Predictor:
 
 
 def _vocab(folder: str) -> str:
-  for path in (os.path.join(folder, "vocab.txt"), os.path.join(folder, "assets", "vocab.txt")):
-    if os.path.isfile(path):
-      return path
-  raise FileNotFoundError(f"{folder} has no vocab.txt")
+  path = model_files.vocab_in(folder)
+  if path is None:
+    raise FileNotFoundError(f"{folder} has no {model_files.VOCAB_FILE}")
+  return path
 
 
 def _saved_model(spec: ModelSpec) -> Predictor:

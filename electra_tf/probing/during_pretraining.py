@@ -122,7 +122,7 @@ def _unknown_fraction(rows: probe.ProbeRows, vocab: Mapping[str, int]) -> float:
   return float(np.mean(words == vocab.get("[UNK]", -1))) if len(words) else 0.0
 
 
-def read_rows(config: PretrainingConfig, settings: ProbeSettings) -> probe.ProbeRows:
+def checked_probe_rows(config: PretrainingConfig, settings: ProbeSettings) -> probe.ProbeRows:
   """The task's rows featurized with the run's vocabulary; one error line for a task that
   does not exist, has too few rows or does not fit the vocabulary."""
   settings.check(get_bert_config(config).max_position_embeddings)
@@ -204,7 +204,7 @@ def prepare(config: PretrainingConfig, settings: ProbeSettings, is_chief: bool =
             log_fn: Callable[[str], None] = log) -> RunProbe:
   """Checks and reads the task (every worker), then, on the chief, loads the cached reference
   or computes and caches it. Call before the run builds its model."""
-  rows = read_rows(config, settings)
+  rows = checked_probe_rows(config, settings)
   state_file = os.path.join(config.model_dir, "probe", f"{settings.task}.json")
   if not is_chief:
     return RunProbe(settings, rows, None, state_file, config.num_train_steps, "", log_fn)
@@ -273,7 +273,7 @@ class RunProbe:
 
   @property
   def history(self) -> list[dict[str, Any]]:
-    """One ``verdict.entry`` per probe of this run, resumed processes included."""
+    """One ``verdict.probe_record`` per probe of this run, resumed processes included."""
     return self.state["history"]
 
   @property
@@ -313,18 +313,18 @@ class RunProbe:
                         ("random_init", ref.value), ("random_init_spread", ref.spread)):
       tf.summary.scalar(probing.tag(task, name), value, step=step)
     tested = compared.reference  # the seed the verdict compared with, and its score
-    entry = verdict.entry(step, scores, compared, ref.seeds[tested],
-                          getattr(ref, probe.VERDICT_POOLING)[tested])
+    entry = verdict.probe_record(step, scores, compared, ref.seeds[tested],
+                                 getattr(ref, probe.VERDICT_POOLING)[tested])
     text = (f"probe {task} (dev {self.rows.metric_name}): [CLS] {scores['cls']:.3f}, mean "
-            f"{scores['mean']:.3f}, random init {ref}; {verdict.words(entry)} "
+            f"{scores['mean']:.3f}, random init {ref}; {verdict.probe_sentence(entry)} "
             f"({seconds:.1f} s)")
     earlier = [h for h in self.history if h["step"] < step]
     self.state["history"] = earlier + [entry]
     self.state["num_probes"] = self.num_probes
     if entry["above"] and not any(h["above"] for h in earlier):
       self.log_fn(f"Probe {task}: the mean-pooled features are above random init at step "
-                  f"{step}: {verdict.words(entry, self.num_probes)}; pre-training now gives "
-                  "this task signal a linear read-out finds")
+                  f"{step}: {verdict.probe_sentence(entry, self.num_probes)}; pre-training now "
+                  "gives this task signal a linear read-out finds")
     try:
       _write_state(self.state_file, self.state)
     except OSError as e:

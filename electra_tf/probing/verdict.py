@@ -27,8 +27,8 @@ def num_probes(num_train_steps: int, every: int) -> int:
   return max(1, math.ceil(num_train_steps / max(1, every)))
 
 
-def entry(step: int, scores: Mapping[str, float], compared: paired.Paired,
-          seed: int | None = None, seed_score: float | None = None) -> dict[str, Any]:
+def probe_record(step: int, scores: Mapping[str, float], compared: paired.Paired,
+                 seed: int | None = None, seed_score: float | None = None) -> dict[str, Any]:
   """One probe as the state file keeps it; ``seed`` / ``seed_score``: the random-init seed the
   verdict compared with (``compared.reference``) and its score."""
   return {"step": int(step), "cls": float(scores["cls"]), "mean": float(scores["mean"]),
@@ -53,7 +53,7 @@ def _tested(probe: Mapping[str, Any]) -> str:
           f"better, {probe['worse']} worse of {probe['rows']}, {interval(probe)}")
 
 
-def words(probe: Mapping[str, Any], probes: int | None = None) -> str:
+def probe_sentence(probe: Mapping[str, Any], probes: int | None = None) -> str:
   """One probe's verdict and the figures it tests; after a non-rejection, the smallest gain
   these rows could have shown (``paired.detectable``); with ``probes``, how the test was made."""
   if probe["above"]:
@@ -78,9 +78,9 @@ def run_words(history: Sequence[Mapping[str, Any]], probes: int) -> str:
           else f"step {last['step']}")
   count = f"above random init in {len(above)} of {len(history)} probe(s), {span}"
   if last["above"]:
-    return f"{count}; at step {last['step']} {words(last, probes)}"
+    return f"{count}; at step {last['step']} {probe_sentence(last, probes)}"
   if above:
     return (f"{count} (first at step {above[0]}); at step {last['step']} "
-            f"{words(last, probes)}")
+            f"{probe_sentence(last, probes)}")
   return (f"{count}: no gain over random init shown (the losses can improve without one); at "
-          f"step {last['step']} {words(last, probes)}")
+          f"step {last['step']} {probe_sentence(last, probes)}")

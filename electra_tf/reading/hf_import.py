@@ -26,7 +26,7 @@ from typing import Any
 
 import numpy as np
 
-from electra_tf import names
+from electra_tf import model_files, names
 from electra_tf.modeling.bert_config import BertConfig
 from electra_tf.reading.checkpoint_hparams import shape_hparams
 
@@ -212,8 +212,8 @@ def _tokenizer_info(folders: list[str]) -> tuple[bool, str | None]:
     path = os.path.join(folder, "tokenizer_config.json")
     if lower is None and os.path.exists(path):
       lower = bool(_read_json(path).get("do_lower_case", True))
-    if vocab is None and os.path.exists(os.path.join(folder, "vocab.txt")):
-      vocab = os.path.join(folder, "vocab.txt")
+    if vocab is None:
+      vocab = model_files.vocab_in(folder)
   return (True if lower is None else lower), vocab
 
 

@@ -32,10 +32,10 @@ from typing import Any
 
 from electra_tf import atomic_io
 from electra_tf.config import MODEL_SIZES
+from electra_tf.model_files import VOCAB_FILE
 from electra_tf.model_sizes import DEBUG_BERT_SIZES, get_bert_config
 
 HPARAMS_FILE = "hparams.json"
-VOCAB_FILE = "vocab.txt"
 SHAPE_FIELDS = (
   "model_size", "vocab_size", "embedding_size", "model_hparam_overrides",
   "generator_hidden_size", "generator_layers", "electra_objective", "electric_objective",

@@ -11,8 +11,8 @@ Every command that takes a model (``run_pretraining.py`` / ``run_finetuning.py``
 
 ``load_model`` decides once which of these a path is and opens it (an HF folder's weights
 are read under their official TF1 names); ``assign_tf1_names`` fills a model's variables from
-it. ``describe`` merges the shape it finds with the user's ``--hparams`` (a contradiction is
-a one-line error, see ``model_dir.merge_hparams``).
+it. ``read_model_source`` merges the shape it finds with the user's ``--hparams`` (a
+contradiction is a one-line error, see ``model_dir.merge_hparams``).
 """
 
 from __future__ import annotations
@@ -25,7 +25,7 @@ from typing import Any
 
 import tensorflow as tf
 
-from electra_tf import checkpoints
+from electra_tf import checkpoints, model_files
 from electra_tf.config import FinetuningConfig, PretrainingConfig
 from electra_tf.reading import checkpoint_hparams, hf_import, model_dir
 
@@ -76,8 +76,7 @@ def is_hf(path: str | None) -> bool:
 
 def vocab_beside(path: str) -> str | None:
   """``vocab.txt`` in the model directory of ``path`` (itself, or a checkpoint's folder)."""
-  vocab = os.path.join(model_dir.model_dir_of(path), model_dir.VOCAB_FILE)
-  return vocab if os.path.isfile(vocab) else None
+  return model_files.vocab_in(model_dir.model_dir_of(path))
 
 
 def _exists(path: str | None) -> bool:
@@ -143,8 +142,8 @@ def assign_tf1_names(model: LoadedModel, variables: Mapping[str, tf.Variable],
   return checkpoints.LoadReport(tuple(sorted(arrays)), (), unused, missing)
 
 
-def describe(path: str | None, user: Mapping[str, Any], target: str = "pretraining",
-             generator: str | None = None) -> ModelSource:
+def read_model_source(path: str | None, user: Mapping[str, Any], target: str = "pretraining",
+                      generator: str | None = None) -> ModelSource:
   """The model at ``path`` (see the module docstring) merged with the ``user`` hparams.
 
   ``target``: "pretraining" or "finetuning" (which shape fields apply); ``generator``: a
@@ -181,7 +180,7 @@ def describe(path: str | None, user: Mapping[str, Any], target: str = "pretraini
 def _first_description(places: list[str | None], user: Mapping[str, Any],
                        target: str) -> ModelSource:
   for place in places:
-    source = describe(place, user, target)
+    source = read_model_source(place, user, target)
     if source.message:
       return source
   return ModelSource(dict(user))
