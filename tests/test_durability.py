@@ -10,7 +10,7 @@ import tensorflow as tf
 
 from electra_tf import atomic_io
 from electra_tf.config import FinetuningConfig
-from electra_tf.finetuning import trials
+from electra_tf.finetuning import trial_book
 from electra_tf.training import checkpointing
 
 
@@ -92,7 +92,7 @@ class _Preprocessor:
 def test_a_new_trial_folder_and_its_parents_are_durable(tmp_path, events, vocab_file):
   config = FinetuningConfig("m", str(tmp_path), task_names=["rte"], vocab_file=vocab_file,
                             init_checkpoint=None)
-  folder = trials.TrialBook(config, _Preprocessor()).prepare_dir(1)
+  folder = trial_book.TrialBook(config, _Preprocessor()).prepare_dir(1)
   synced = [path for kind, path in events if kind == "fsync"]
   models = os.path.dirname(folder)  # .../models/m/finetuning_models: new as well
   for parent in (models, os.path.dirname(models), str(tmp_path)):

@@ -17,7 +17,7 @@ from helpers import read_faults, trial_logs, user_data
 from helpers.paths import REPO_ROOT
 
 from electra_tf.config import FinetuningConfig
-from electra_tf.finetuning import outputs, set_aside, trials
+from electra_tf.finetuning import outputs, set_aside, trial_book, trials
 
 VOCAB = str(REPO_ROOT / "tests" / "golden" / "vocab.txt")
 
@@ -27,10 +27,10 @@ class _Preprocessor:
     return {"rte": "data"}
 
 
-def _book(root: str, **hparams) -> trials.TrialBook:
+def _book(root: str, **hparams) -> trial_book.TrialBook:
   hparams = {"task_names": ["rte"], "num_trials": 2, "seed": 1, "init_checkpoint": None,
              "vocab_file": VOCAB, "keep_all_models": True, **hparams}
-  return trials.TrialBook(FinetuningConfig("m", root, **hparams), _Preprocessor())
+  return trial_book.TrialBook(FinetuningConfig("m", root, **hparams), _Preprocessor())
 
 
 def _earlier_run(root: pathlib.Path) -> list[pathlib.Path]:

@@ -20,7 +20,7 @@ from helpers.paths import REPO_ROOT
 
 from electra_tf import checkpoints
 from electra_tf.config import FinetuningConfig
-from electra_tf.finetuning import trials
+from electra_tf.finetuning import trial_book
 from electra_tf.training import checkpoint_files, checkpointing, input_state
 
 
@@ -171,14 +171,14 @@ class _Preprocessor:
     return {"rte": "data"}
 
 
-def _book(tmp_path: pathlib.Path, **hparams) -> trials.TrialBook:
+def _book(tmp_path: pathlib.Path, **hparams) -> trial_book.TrialBook:
   hparams = {"task_names": ["rte"], "num_trials": 2, "seed": 1, "init_checkpoint": None,
              "vocab_file": str(REPO_ROOT / "tests" / "golden" / "vocab.txt"), **hparams}
   config = FinetuningConfig("m", str(tmp_path), **hparams)
-  return trials.TrialBook(config, _Preprocessor())
+  return trial_book.TrialBook(config, _Preprocessor())
 
 
-def _finished_trial(book: trials.TrialBook, trial: int = 1) -> pathlib.Path:
+def _finished_trial(book: trial_book.TrialBook, trial: int = 1) -> pathlib.Path:
   """A trial folder as a finished run leaves it: ckpt-4, ckpt-8, tf1/ at step 8, settings,
   and its record (final step 8)."""
   folder = pathlib.Path(book.prepare_dir(trial))
@@ -249,7 +249,7 @@ def test_a_503_reading_trial_records_is_retried_then_stops_touching_nothing(tmp_
                      match=f"file {record} could not be read in 5 tries"):
     book.finished(1)
   with pytest.raises(checkpoints.CheckpointUnavailableError, match="trial_settings.json"):
-    trials._read_json(str(folder / trials.SETTINGS_FILE))
+    trial_book._read_json(str(folder / trial_book.SETTINGS_FILE))
   assert sorted(p.relative_to(tmp_path) for p in tmp_path.rglob("*")) == before
   assert folder.is_dir()
 
@@ -267,7 +267,7 @@ def test_a_model_that_must_now_be_kept_but_was_deleted_trains_again(tmp_path, ca
 def test_an_empty_settings_file_is_rewritten_from_a_matching_record(tmp_path, capsys):
   book = _book(tmp_path)
   folder = _finished_trial(book)
-  settings = folder / trials.SETTINGS_FILE
+  settings = folder / trial_book.SETTINGS_FILE
   settings.write_text("")  # a power cut
   book.reject_other_settings()
   out = capsys.readouterr().out
@@ -280,7 +280,7 @@ def test_an_empty_settings_file_without_a_record_moves_the_folder_aside(tmp_path
   book = _book(tmp_path)
   folder = pathlib.Path(book.prepare_dir(1))
   _save(folder)
-  (folder / trials.SETTINGS_FILE).write_text('{"form')
+  (folder / trial_book.SETTINGS_FILE).write_text('{"form')
   book.reject_other_settings()
   out = capsys.readouterr().out
   assert ("Settings changed since the earlier run (trial_settings.json empty or does not parse, "

@@ -59,7 +59,7 @@ def _kill_mid_delete(name: str) -> None:
 
 
 def install(moment: str, model_name: str) -> None:
-  from electra_tf.finetuning import outputs, trials
+  from electra_tf.finetuning import outputs, trial_book
 
   if moment == "test_outputs":
     outputs.write_glue_submission = lambda *args, **kwargs: _die()
@@ -70,8 +70,8 @@ def install(moment: str, model_name: str) -> None:
   elif moment == "delete":
     _kill_mid_delete(f"{model_name}_1")
   elif moment == "between":
-    prepare_dir = trials.TrialBook.prepare_dir
-    trials.TrialBook.prepare_dir = lambda book, trial: (
+    prepare_dir = trial_book.TrialBook.prepare_dir
+    trial_book.TrialBook.prepare_dir = lambda book, trial: (
         _die() if trial == 2 else prepare_dir(book, trial))
   else:
     raise SystemExit(f"unknown moment {moment!r}")
