@@ -7,9 +7,8 @@ import subprocess
 import sys
 
 from helpers.lanes import SharedReadGuard
-from helpers.paths import REPO_ROOT
+from helpers.paths import REPO_ROOT, TESTS
 
-TESTS = REPO_ROOT / "tests"
 # The only files that may name the shared folder: where the lanes are defined.
 LANE_FILES = {"conftest.py", "helpers/paths.py", "helpers/lanes.py", "test_lanes.py"}
 SHARED_NAMES = {"SHARED", "REFERENCE", "DATA", "shared_data_dir"}
@@ -68,7 +67,7 @@ def test_without_the_shared_folder_only_the_golden_lane_is_collected(tmp_path):
   env = {**os.environ, "ELECTRA_SHARED": str(tmp_path / "no_shared")}
   out = subprocess.run(
       [sys.executable, "-m", "pytest", "--collect-only", "-q", "-p", "no:cacheprovider",
-       "tests/test_encoder.py", "tests/test_optimization.py"],
+       "tests/modeling/test_encoder.py", "tests/test_optimization.py"],
       cwd=REPO_ROOT, env=env, capture_output=True, text=True, timeout=300)
   assert out.returncode == 0, out.stdout + out.stderr
   ids = [line for line in out.stdout.splitlines() if "::" in line]
