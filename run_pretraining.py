@@ -33,7 +33,7 @@ replica]`` (each dropout site folds in its own index), so they do not depend on 
 resumed; a resumed run rebuilds the seeded data stream and skips the batches already consumed,
 so it trains on the batches an uninterrupted run would. A run killed any number of times (even
 during a save) and rerun ends with weights and Adam slots bit-identical to an uninterrupted
-one (tests/test_resume_exact.py). The skipped examples are read and parsed again:
+one (tests/training/test_resume_exact.py). The skipped examples are read and parsed again:
 ``benchmarks/bench_resume_skip.py`` measures the rate. Without the hparam a seed is drawn and
 logged for initialisation, masking, sampling and dropout, and the data order is the official
 non-deterministic one, restarted on a resume.

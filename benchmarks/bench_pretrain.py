@@ -346,7 +346,7 @@ def main(argv) -> None:
     with open("/proc/self/status", encoding="ascii") as f:
       print(next(line.strip() for line in f if line.startswith("VmHWM:")))
   # Release the variants' distributed-dataset iterators and loops while the runtime is whole,
-  # not during interpreter shutdown (tests/test_benchmarks_exit.py checks the process ends).
+  # not during interpreter shutdown (tests/tooling/test_benchmarks_exit.py checks the process ends).
   runners.clear()
   gc.collect()
 

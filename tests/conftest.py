@@ -2,7 +2,7 @@
 
 ``reference_dir`` is parametrized over the lanes: ``golden`` (tests/golden, always) and
 ``extended`` (../shared/reference, only where it exists). Tests marked ``extended`` read the
-shared folder's full data sets and are collected only where it exists. A test of the golden
+shared folder's full data sets and are deselected where it does not exist. A test of the golden
 lane that opens a file under the shared folder fails (``helpers.lanes.SharedReadGuard``).
 """
 
@@ -20,20 +20,15 @@ from helpers.paths import (  # noqa: E402
   REFERENCE,
   SHARED,
   TEST_DATA,
+  TESTS,
   extended_available,
 )
 
 EXTENDED = extended_available()
 LANES = ["golden", "extended"] if EXTENDED else ["golden"]
+SYSTEM = TESTS / "system"  # end-to-end runs: marked system
 _HOW = (f"put the shared folder (reference/, data/) at {SHARED} or set "
         "ELECTRA_SHARED=/path/to/shared")
-
-
-def pytest_configure(config):
-  config.addinivalue_line(
-      "markers", "extended: reads the shared folder's full data sets (extended lane only)")
-  config.addinivalue_line(
-      "markers", "golden_lane_only: a tests/golden folder that the shared set does not have")
 
 
 def pytest_generate_tests(metafunc):
@@ -41,13 +36,33 @@ def pytest_generate_tests(metafunc):
     metafunc.parametrize("reference_dir", LANES, indirect=True, scope="session")
 
 
+@pytest.hookimpl(tryfirst=True)
 def pytest_collection_modifyitems(config, items):
-  """Without the shared folder, extended tests are not collected (not counted as skips); nor
-  is the extended lane of a golden folder that only tests/golden has."""
-  if not EXTENDED:
-    items[:] = [item for item in items if item.get_closest_marker("extended") is None]
-  items[:] = [item for item in items if not (
-      item.get_closest_marker("golden_lane_only") and in_extended_lane(item))]
+  """Marks each test with its lane and drops what this machine cannot run, as deselected.
+
+  ``golden``: every test of the golden lane (all but the extended ones); ``extended``: the
+  tests marked so and the ``[extended]`` cases of ``reference_dir``; ``system``: the tests in
+  tests/system. Without the shared folder, the extended tests are deselected; so is the extended
+  case of a golden folder that only tests/golden has. Deselected tests are reported as such
+  (pytest's ``N/M tests collected (K deselected)``, ``K deselected`` in the summary), so the
+  collected count is the run count plus the deselected one. Runs before ``-m`` selects.
+  """
+  keep, dropped = [], []
+  for item in items:
+    extended = in_extended_lane(item)
+    if (extended and not EXTENDED) or (extended and item.get_closest_marker("golden_lane_only")):
+      dropped.append(item)
+      continue
+    if extended:
+      item.add_marker(pytest.mark.extended)
+    else:
+      item.add_marker(pytest.mark.golden)
+    if SYSTEM in item.path.parents:
+      item.add_marker(pytest.mark.system)
+    keep.append(item)
+  if dropped:
+    config.hook.pytest_deselected(items=dropped)
+    items[:] = keep
 
 
 def pytest_unconfigure(config):

@@ -1,6 +1,6 @@
 """The command list has one home, ``electra_tf.commands.COMMANDS``: pyproject.toml's
 ``[project.scripts]`` names exactly its entry functions, each runs its module as ``__main__``,
-and the README lists each command with its ``python`` form. (tests/test_install.py runs the
+and the README lists each command with its ``python`` form. (tests/system/test_install.py runs the
 installed commands.)"""
 
 import re

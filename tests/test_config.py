@@ -4,14 +4,14 @@ import json
 import os
 
 import pytest
-from helpers.paths import GOLDEN
+from helpers.paths import GOLDEN, REPO_ROOT
 
 from electra_tf import config as C
 from electra_tf.hparams_input import load_hparams
 from electra_tf.model_sizes import get_bert_config, get_generator_config
 from electra_tf.modeling.bert_config import BertConfig
 
-REPO_CONFIGS = os.path.join(os.path.dirname(os.path.dirname(__file__)), "configs")
+REPO_CONFIGS = str(REPO_ROOT / "configs")
 
 # google-research/electra configure_pretraining.py (commit f93f3f8, with Electric): the values
 # after PretrainingConfig(model_name, data_dir) with no hparams. Paths use data_dir="D",

@@ -18,14 +18,15 @@ import time
 
 import pytest
 from helpers import procs
+from helpers.paths import HELPERS, REPO_ROOT
 
 from electra_tf import folder_lock, lock_lease
 
 LEASE = 3.0
-TOY = pathlib.Path(__file__).parent / "helpers" / "toy_train.py"
+TOY = HELPERS / "toy_train.py"
 ENV = {**os.environ, "TF_CPP_MIN_LOG_LEVEL": "3", "CUDA_VISIBLE_DEVICES": "-1",
        "TF_USE_LEGACY_KERAS": "1", lock_lease.LEASE_ENV: str(LEASE)}
-REPO = pathlib.Path(__file__).parent.parent
+REPO = REPO_ROOT
 
 
 @pytest.fixture(autouse=True)
@@ -250,7 +251,7 @@ def test_a_second_pretraining_run_is_refused_in_its_first_line(tmp_path, monkeyp
   model_dir = tmp_path / "models" / "m"  # nothing else: the refusal comes before any reading
   folder_lock.acquire(str(model_dir))  # held by this (live) process
   try:
-    done = subprocess.run([sys.executable, str(TOY.parents[2] / "run_pretraining.py"),
+    done = subprocess.run([sys.executable, str(REPO / "run_pretraining.py"),
                            "--data_dir", str(tmp_path), "--model_name", "m"],
                           env={**ENV, lock_lease.LEASE_ENV: "60"}, capture_output=True,
                           text=True, timeout=300)

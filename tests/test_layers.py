@@ -5,7 +5,9 @@ cycle exists. Reads the sources' syntax trees; nothing is imported."""
 import ast
 import pathlib
 
-PACKAGE = pathlib.Path(__file__).resolve().parent.parent / "electra_tf"
+from helpers.paths import REPO_ROOT
+
+PACKAGE = REPO_ROOT / "electra_tf"
 
 # Layer of a module, by the longest matching name prefix; a module may import its own layer
 # and the layers below it. Entry-point wiring: electra_tf.convert (python -m), electra_tf.commands

@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import json
 import os
-import pathlib
 import signal
 import socket
 import subprocess
@@ -18,11 +17,12 @@ import uuid
 
 import pytest
 from helpers import procs
+from helpers.paths import REPO_ROOT
 
 from electra_tf import atomic_io, folder_lock, lock_lease
 
 LEASE = 3.0
-REPO = pathlib.Path(__file__).parent.parent
+REPO = REPO_ROOT
 ENV = {**os.environ, lock_lease.LEASE_ENV: str(LEASE), "PYTHONPATH": str(REPO)}
 NO_LINKS = ("import errno, os\n"
             "def _refused(*args, **kwargs):\n"

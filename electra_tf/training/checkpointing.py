@@ -1,7 +1,7 @@
 """Checkpoints for the training loop: fail-fast model_dir checks, periodic saves, safe resume.
 
 Why a kill during a save cannot corrupt a resume (TF 2.20 behaviour, tested in
-tests/test_training.py by SIGKILLing a process inside a save):
+tests/training/test_training.py by SIGKILLing a process inside a save):
   1. `tf.train.Checkpoint` writes tensor shards to `<prefix>_temp/`, then MergeV2Checkpoints
      moves the data file to `<prefix>.data-*` and writes `<prefix>.index` last.
   2. Only after that returns does `CheckpointManager` rewrite the `checkpoint` state file, with

@@ -1,5 +1,6 @@
 r"""Run a keras-hub preset folder on given inputs, in a fresh Keras 3 process (no network):
-how tests/test_deploy_exports.py and benchmarks/bench_litert.py load the preset as a user would.
+how tests/interop/test_deploy_exports.py and benchmarks/bench_litert.py load the preset as a user
+would.
 
   python tests/helpers/keras_hub_check.py --preset <keras_hub folder> --inputs in.npz \
       --output out.npz

@@ -12,6 +12,8 @@ import os
 import pathlib
 
 REPO_ROOT = pathlib.Path(__file__).resolve().parents[2]
+TESTS = REPO_ROOT / "tests"  # the tests root, whatever folder a test file sits in
+HELPERS = TESTS / "helpers"  # shared test code and the scripts tests run in subprocesses
 GOLDEN = REPO_ROOT / "tests" / "golden"  # official goldens at tiny shapes (tests/golden/README.md)
 TEST_DATA = REPO_ROOT / "tests" / "data"  # licensed excerpts (tests/data/SOURCE.md)
 SHARED = pathlib.Path(os.environ.get("ELECTRA_SHARED", REPO_ROOT.parent / "shared"))

@@ -31,15 +31,15 @@ EXAMPLES = ("electra_tf/data_prep/pretraining_examples.py", "data_prep/pretraini
 HEADS = ("electra_tf/finetuning/task_heads.py", "electra_tf/**/*.py")
 DECODE = ("electra_tf/finetuning/builtin/qa_decoding.py", "electra_tf/**/*.py")
 
-ENC = ("tests/test_encoder.py", "tests/test_hf_import.py", "-k", "golden")
-PRE = ("tests/test_objectives.py", "-k", "golden")
-MSK = ("tests/test_masking.py", "-k", "golden or statistics")
+ENC = ("tests/modeling/test_encoder.py", "tests/reading/test_hf_import.py", "-k", "golden")
+PRE = ("tests/pretraining/test_objectives.py", "-k", "golden")
+MSK = ("tests/pretraining/test_masking.py", "-k", "golden or statistics")
 OPTIM = ("tests/test_optimization.py", "-k", "golden or official")
 TOK = ("tests/test_tokenization.py", "-k", "official or extra_cases")
-DATA = ("tests/test_data_prep.py", "-k", "golden")
-TEMP = ("tests/test_objectives.py", "-k", "golden or temperature")
-HEAD = ("tests/test_finetuning_heads.py", "-k", "official")
-QA = ("tests/test_finetuning_qa.py", "-k", "decod")
+DATA = ("tests/data_prep/test_data_prep.py", "-k", "golden")
+TEMP = ("tests/pretraining/test_objectives.py", "-k", "golden or temperature")
+HEAD = ("tests/finetuning/test_task_heads.py", "-k", "official")
+QA = ("tests/finetuning/builtin/test_qa.py", "-k", "decod")
 
 MUTANTS: tuple[Mutant, ...] = (
     Mutant("gelu_tanh", "GELU in its tanh approximation (keras-hub, BERT-TF2) instead of erf",
@@ -88,7 +88,7 @@ MUTANTS: tuple[Mutant, ...] = (
            "masking.sample_from_softmax(mlm_logits / objective.temperature ** 2,", TEMP),
     Mutant("disallow_correct_ignored", "disallow_correct never passed to the sampler",
            OBJECTIVE, "if objective.disallow_correct else None)", "if False else None)",
-           ("tests/test_objectives.py", "-k", "golden or disallow")),
+           ("tests/pretraining/test_objectives.py", "-k", "golden or disallow")),
     Mutant("disc_weight", "discriminator loss weight 1 instead of 50 by default",
            CONFIG, "disc_weight: float = 50.0", "disc_weight: float = 1.0",
            ("tests/test_config.py", "-k", "official_defaults or matches_reference")),

@@ -6,7 +6,6 @@ before TensorFlow initialises) and two-process MultiWorkerMirroredStrategy.
 
 import json
 import os
-import pathlib
 import shutil
 import signal
 import subprocess
@@ -17,12 +16,12 @@ import pytest
 import tensorflow as tf
 import tf_keras
 from helpers import ports, procs, toy_train
-from helpers.paths import REPO_ROOT
+from helpers.paths import HELPERS, REPO_ROOT
 
 from electra_tf import training
 from electra_tf.training import checkpoint_files
 
-TOY = pathlib.Path(__file__).parent / "helpers" / "toy_train.py"
+TOY = HELPERS / "toy_train.py"
 ENV = {**os.environ, "TF_CPP_MIN_LOG_LEVEL": "3", "CUDA_VISIBLE_DEVICES": "-1",
        "TF_USE_LEGACY_KERAS": "1"}
 # Mirrored / multi-worker vs one device at the same global batch: the only difference is the

@@ -15,7 +15,7 @@ import numpy as np
 import pytest
 import tensorflow as tf
 from helpers import pretrain_data, probe_data, procs
-from helpers.paths import GOLDEN
+from helpers.paths import GOLDEN, REPO_ROOT
 
 from electra_tf import learning_curves, training
 from electra_tf.config import PretrainingConfig
@@ -23,7 +23,7 @@ from electra_tf.finetuning.registry import TASK_NAMES
 from electra_tf.probing import during_pretraining as dp
 from electra_tf.probing import probe
 
-REPO = pathlib.Path(__file__).resolve().parents[1]
+REPO = REPO_ROOT
 ENV = {**os.environ, "TF_CPP_MIN_LOG_LEVEL": "3", "CUDA_VISIBLE_DEVICES": "-1",
        "TF_USE_LEGACY_KERAS": "1"}
 # the data's vocabulary: the vocab_file fixture's (tests/golden/vocab.txt)

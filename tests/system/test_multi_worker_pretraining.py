@@ -28,14 +28,15 @@ import numpy as np
 import pytest
 import tensorflow as tf
 from helpers import ports, procs
+from helpers.paths import HELPERS, REPO_ROOT
 
 from data_prep import build_pretraining_dataset as bpd
 from electra_tf import console
 from electra_tf.pretraining import data
 from electra_tf.pretraining.schema import FEATURES, to_example
 
-REPO = pathlib.Path(__file__).resolve().parents[1]
-MIRRORED = REPO / "tests" / "helpers" / "mirrored_pretraining.py"
+REPO = REPO_ROOT
+MIRRORED = HELPERS / "mirrored_pretraining.py"
 ENV = {**os.environ, "TF_CPP_MIN_LOG_LEVEL": "3", "CUDA_VISIBLE_DEVICES": "-1",
        "TF_USE_LEGACY_KERAS": "1"}
 CHARS = string.ascii_lowercase + string.digits + string.punctuation

@@ -12,7 +12,7 @@ import numpy as np
 import pytest
 import tensorflow as tf
 from helpers import accumulation_runs, pretrain_data, procs
-from helpers.paths import GOLDEN
+from helpers.paths import GOLDEN, HELPERS, REPO_ROOT
 from scipy import stats
 
 from electra_tf import optimization, training
@@ -23,7 +23,7 @@ from electra_tf.pretraining.builder import build_pretraining_model
 from electra_tf.training.accumulation import BATCH_TOTALS
 from electra_tf.training.replica_step import ReplicaStep
 
-REPO = pathlib.Path(__file__).resolve().parents[1]
+REPO = REPO_ROOT
 ENV = {**os.environ, "TF_CPP_MIN_LOG_LEVEL": "3", "CUDA_VISIBLE_DEVICES": "-1",
        "TF_USE_LEGACY_KERAS": "1"}
 
@@ -406,7 +406,7 @@ def test_mirrored_two_replicas_train_whole_words(pretrain_dir):
   whole words of its own batch and the run trains to the end."""
   hparams = {**TINY, "masking": word_masking.WHOLE_WORD, "gradient_accumulation_steps": 2}
   proc = subprocess.Popen(
-      [sys.executable, str(REPO / "tests" / "helpers" / "mirrored_pretraining.py"),
+      [sys.executable, str(HELPERS / "mirrored_pretraining.py"),
        "--distribution_strategy=mirrored", "--data-dir", str(pretrain_dir),
        "--model-name", "mirrored_words", "--hparams", json.dumps(hparams)],
       env=ENV, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)

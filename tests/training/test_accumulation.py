@@ -16,11 +16,11 @@ import numpy as np
 import pytest
 import tensorflow as tf
 from helpers import accumulation_kill, accumulation_runs, procs, toy_train
+from helpers.paths import HELPERS
 
 from electra_tf import training
 from electra_tf.config import FinetuningConfig, PretrainingConfig
 
-HELPERS = pathlib.Path(__file__).parent / "helpers"
 ENV = {**os.environ, "TF_CPP_MIN_LOG_LEVEL": "3", "CUDA_VISIBLE_DEVICES": "-1",
        "TF_USE_LEGACY_KERAS": "1"}
 ATOL = 1e-6

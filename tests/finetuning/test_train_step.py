@@ -19,7 +19,7 @@ from electra_tf.config import FinetuningConfig
 from electra_tf.finetuning import finetuning_model as model_lib
 from electra_tf.finetuning import registry
 
-LOSS_ATOL = 1e-5  # model outputs, as tests/test_finetuning_model.py
+LOSS_ATOL = 1e-5  # model outputs, as tests/finetuning/test_finetuning_model.py
 TOL = 1e-6  # clipped gradients, parameters and slots, as tests/test_optimization.py
 LR_ATOL = 1e-9  # learning rates, as tests/test_optimization.py
 NORM_RTOL = TOL  # global norm (100 to 660): TOL relative (float32 ulp at 104 is 7.6e-6)

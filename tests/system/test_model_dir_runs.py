@@ -4,19 +4,19 @@ a contradicting shape is a one-line error; convert is quiet."""
 
 import json
 import os
-import pathlib
 import subprocess
 import sys
 
 import pytest
 import tensorflow as tf
+from helpers.paths import REPO_ROOT
 
 from data_prep import build_pretraining_dataset as bpd
 from electra_tf.interop.conversion import convert_finetuned
 from electra_tf.reading import model_dir
 from electra_tf.reading.model_source import finetuning_config, pretraining_config
 
-REPO = pathlib.Path(__file__).resolve().parents[1]
+REPO = REPO_ROOT
 ENV = {**os.environ, "TF_CPP_MIN_LOG_LEVEL": "3", "CUDA_VISIBLE_DEVICES": "-1",
        "TF_USE_LEGACY_KERAS": "1"}
 VOCAB_SIZE = 1000  # the first lines of the vocab_file fixture's 1016: not the default 30522

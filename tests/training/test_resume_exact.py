@@ -16,6 +16,7 @@ import numpy as np
 import pytest
 import tensorflow as tf
 from helpers import pretrain_data, procs
+from helpers.paths import HELPERS, REPO_ROOT
 
 from electra_tf import training
 from electra_tf.config import PretrainingConfig
@@ -28,7 +29,7 @@ from electra_tf.pretraining.builder import build_pretraining_model
 from electra_tf.pretraining.data import pretraining_dataset
 from electra_tf.training.checkpoint_files import step_of
 
-REPO = pathlib.Path(__file__).resolve().parents[1]
+REPO = REPO_ROOT
 ENV = {**os.environ, "TF_CPP_MIN_LOG_LEVEL": "3", "CUDA_VISIBLE_DEVICES": "-1",
        "TF_USE_LEGACY_KERAS": "1"}
 SPECIAL = {"[PAD]": 0, "[CLS]": 1, "[SEP]": 2, "[MASK]": 3}
@@ -162,7 +163,7 @@ def _run(data_dir, name, kill_in_save_step=None, log_file=None) -> subprocess.Po
   args = ["--data-dir", str(data_dir), "--model-name", name, "--hparams", json.dumps(HPARAMS)]
   script = [str(REPO / "run_pretraining.py")]
   if kill_in_save_step is not None:
-    script = [str(REPO / "tests" / "helpers" / "kill_in_save.py"), str(kill_in_save_step)]
+    script = [str(HELPERS / "kill_in_save.py"), str(kill_in_save_step)]
   return subprocess.Popen([sys.executable, *script, *args], env=ENV,
                           stdout=log_file or subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
 

@@ -13,6 +13,7 @@ import numpy as np
 import pytest
 import tensorflow as tf
 from helpers import procs
+from helpers.paths import REPO_ROOT
 
 import run_finetuning as rf
 from electra_tf import folder_lock, lock_lease
@@ -22,7 +23,7 @@ from electra_tf.finetuning.builtin import tfds_glue
 from electra_tf.finetuning.runner import glue_test_indices
 from electra_tf.finetuning.trials import check_init_checkpoint
 
-REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+REPO = str(REPO_ROOT)
 TINY = {"model_hparam_overrides": {"hidden_size": 32, "num_hidden_layers": 2},
         "embedding_size": 16, "max_seq_length": 64, "train_batch_size": 8,
         "eval_batch_size": 8, "init_checkpoint": None, "seed": 3}

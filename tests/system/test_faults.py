@@ -20,14 +20,14 @@ import pytest
 import tensorflow as tf
 import tf_keras
 from helpers import procs, toy_train
-from helpers.paths import GOLDEN, REPO_ROOT
+from helpers.paths import GOLDEN, HELPERS, REPO_ROOT
 
 from data_prep import build_pretraining_dataset as bpd
 from electra_tf import checkpoints, tokenization, training
 from electra_tf.finetuning import features as ft_features
 from electra_tf.pretraining import data, data_check
 
-TOY = pathlib.Path(__file__).parent / "helpers" / "toy_train.py"
+TOY = HELPERS / "toy_train.py"
 ENV = {**os.environ, "TF_CPP_MIN_LOG_LEVEL": "3", "CUDA_VISIBLE_DEVICES": "-1",
        "TF_USE_LEGACY_KERAS": "1"}
 _RECORD_OVERHEAD = 16

@@ -13,13 +13,14 @@ import tarfile
 
 import pytest
 import tensorflow as tf
+from helpers.paths import REPO_ROOT
 
 from data_prep import build_openwebtext_pretraining_dataset as owt
 from data_prep import build_pretraining_dataset as bpd
 from electra_tf import tokenization
 from electra_tf.pretraining.data import pretraining_dataset
 
-REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+REPO = str(REPO_ROOT)
 FIELDS = ("input_ids", "input_mask", "segment_ids")
 CLS, SEP = 101, 102  # BERT uncased vocabulary
 

@@ -15,13 +15,14 @@ import numpy as np
 import pytest
 import tensorflow as tf
 from helpers import pretrain_data, procs
+from helpers.paths import REPO_ROOT
 
 from electra_tf import training
 from electra_tf.pretraining.data import pretraining_dataset
 from electra_tf.training import input_state
 from electra_tf.training.checkpoint_files import step_of
 
-REPO = pathlib.Path(__file__).resolve().parents[1]
+REPO = REPO_ROOT
 INJECT = REPO / "benchmarks" / "chaos_inject"  # kills a run at the k-th call of a function
 ENV = {**os.environ, "TF_CPP_MIN_LOG_LEVEL": "3", "CUDA_VISIBLE_DEVICES": "-1",
        "TF_USE_LEGACY_KERAS": "1"}

@@ -14,7 +14,7 @@ import numpy as np
 import pytest
 import tensorflow as tf
 from helpers import pretrain_data, procs
-from helpers.paths import GOLDEN
+from helpers.paths import GOLDEN, HELPERS, REPO_ROOT
 
 from electra_tf import console, training
 from electra_tf.config import PretrainingConfig
@@ -24,7 +24,7 @@ from electra_tf.pretraining import task
 from electra_tf.pretraining.metrics import metric_statistics, metrics, metrics_from_statistics
 from electra_tf.pretraining.run import train_or_eval
 
-REPO = pathlib.Path(__file__).resolve().parents[1]
+REPO = REPO_ROOT
 ENV = {**os.environ, "TF_CPP_MIN_LOG_LEVEL": "3", "CUDA_VISIBLE_DEVICES": "-1",
        "TF_USE_LEGACY_KERAS": "1"}
 TINY = {"model_hparam_overrides": {"hidden_size": 32, "num_hidden_layers": 2},
@@ -253,7 +253,7 @@ def test_sigkill_then_rerun_resumes_at_the_saved_step(pretrain_dir):
 @pytest.mark.slow
 def test_mirrored_two_cpus_updates_weights_like_one_device(pretrain_dir, tmp_path):
   out = tmp_path / "weights.npz"
-  proc = subprocess.Popen([sys.executable, str(REPO / "tests/helpers/pretrain_replicas.py"),
+  proc = subprocess.Popen([sys.executable, str(HELPERS / "pretrain_replicas.py"),
                            "--data_dir", str(pretrain_dir), "--out_npz", str(out)],
                           env=ENV, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
   log = _finish(proc)

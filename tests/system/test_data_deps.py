@@ -3,11 +3,11 @@ process, and the protobuf, numpy and pyarrow it brings satisfy what TensorFlow a
 tensorflow-datasets declare."""
 
 import importlib.metadata as md
-import pathlib
 
+from helpers.paths import REPO_ROOT
 from packaging.requirements import Requirement
 
-REPO = pathlib.Path(__file__).resolve().parent.parent
+REPO = REPO_ROOT
 
 
 def _requirements(dist: str) -> dict[str, Requirement]:
