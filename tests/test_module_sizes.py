@@ -5,7 +5,9 @@ imported."""
 
 import pathlib
 
-ROOT = pathlib.Path(__file__).resolve().parent.parent
+from helpers.paths import REPO_ROOT
+
+ROOT = REPO_ROOT
 FOLDERS = ("electra_tf", "benchmarks", "tools")
 LIMIT = 400
 # A folder's own limit, by the longest matching prefix.
