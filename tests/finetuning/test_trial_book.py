@@ -1,7 +1,7 @@
 """A fine-tuning trial's settings and places (``electra_tf.finetuning.trial_book.TrialBook``):
 what counts as a setting (not where things are, how often it logs or how many trials), each
-trial's seed, its folder and record. The reuse and recovery rules: tests/finetuning/test_trial_recovery.py
-and tests/finetuning/test_set_aside.py."""
+trial's seed, its folder and record. The reuse and recovery rules:
+tests/finetuning/test_trial_recovery.py and tests/finetuning/test_set_aside.py."""
 
 from electra_tf.config import FinetuningConfig
 from electra_tf.finetuning import trial_book
