@@ -11,6 +11,9 @@ embedding 128 projected to 256) and ELECTRA-Base (hidden 768, 12 layers, 12 head
   AdamWeightDecay, lr 1e-4, weight decay 0.01, layer-wise lr decay 0.8, clip 1.0, 10% warmup +
   linear decay) driven by the project's Trainer loop (``strategy.run`` in a multi-step
   ``tf.function``), as ``ModelRunner.train`` drives it;
+- ``ours_xla``, ``ours_bf16``, ``ours_xla_bf16``: the same step with the fine-tuning hparams
+  ``jit_compile`` (XLA-compiled forward + backward) and / or ``mixed_precision: bfloat16``
+  (bfloat16 matmuls and activations, float32 weights, optimizer, heads and loss);
 - ``ours_eval``: forward only (``training=False``, logits and loss) through the Trainer's
   evaluation loop;
 - ``tfm``: ``official.nlp.modeling.models.BertClassifier`` over a ``networks.BertEncoder`` of the
@@ -29,11 +32,14 @@ All variants run on one fixed batch of real WordPiece ids (pairs of consecutive 
 text, no padding) with fixed random labels. After one untimed two-step warm-up call each
 (tracing, grappler), repetitions are interleaved (ours, ours_eval, tfm, tfm_eval, ours, ...) and
 each reports the median examples/s. Shapes run one after the other; with Base the process
-peaks at about 12 GB of memory (both Base models and their optimizer states). The last line is
-the train step ratio ours / tfm on the Small shapes.
+peaks at about 12 GB of memory with two Base models and their optimizer states (run fewer
+variants at a time there). Then (``--memory``, the default) each variant runs alone in a fresh
+process of this script and prints its peak resident memory (VmHWM). The last lines are the
+train step ratios ours* / tfm of each shape.
 
   python benchmarks/bench_finetune.py [--shapes=small,base] [--steps=3] [--repeats=3]
   python benchmarks/bench_finetune.py --shapes=small --variants=ours,tfm --num_layers=2
+  python benchmarks/bench_finetune.py --shapes=base --variants=ours,ours_xla_bf16,tfm --steps=2
 """
 
 from __future__ import annotations
@@ -56,6 +62,7 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))  # timing.py
 import numpy as np  # noqa: E402
 import tensorflow as tf  # noqa: E402
 import tf_keras  # noqa: E402
+import timing  # noqa: E402
 from absl import app, flags  # noqa: E402
 from absl import logging as absl_logging  # noqa: E402
 from official.modeling import tf_utils  # noqa: E402
@@ -63,7 +70,7 @@ from official.modeling.optimization import legacy_adamw, lr_schedule  # noqa: E4
 from official.nlp.modeling import models, networks  # noqa: E402
 from timing import Runner  # noqa: E402
 
-from electra_tf import tokenization, training  # noqa: E402
+from electra_tf import training  # noqa: E402
 from electra_tf.config import FinetuningConfig  # noqa: E402
 from electra_tf.finetuning import finetuning_model as model_lib  # noqa: E402
 from electra_tf.finetuning import registry  # noqa: E402
@@ -80,8 +87,13 @@ flags.DEFINE_integer("num_layers", 12, "Transformer layers (12 for both real sha
 flags.DEFINE_integer("steps", 3, "Steps per timed repetition.")
 flags.DEFINE_integer("repeats", 3, "Timed repetitions per variant (interleaved).")
 flags.DEFINE_integer("latency_calls", 30, "Timed batch-1 calls per latency variant.")
-flags.DEFINE_list("variants", ["ours", "ours_eval", "tfm", "tfm_eval", "latency"],
-                  "What to run.")
+TRAIN_VARIANTS = {"ours": (False, None), "ours_xla": (True, None),  # (jit_compile, precision)
+                  "ours_bf16": (False, "bfloat16"), "ours_xla_bf16": (True, "bfloat16")}
+VARIANTS = (*TRAIN_VARIANTS, "ours_eval", "tfm", "tfm_eval", "latency")
+flags.DEFINE_list("variants", list(VARIANTS), f"What to run: {', '.join(VARIANTS)}.")
+flags.DEFINE_bool("memory", True, "Also measure each variant's peak RSS alone, in a fresh "
+                  "process of this script (each shape, each variant but latency).")
+flags.DEFINE_bool("report_peak_rss", False, "Print this process's VmHWM at the end.")
 flags.DEFINE_string("text", os.path.join(_SHARED, "data", "wikitext2", "wiki.test.raw"),
                     "Text the batch's token ids come from.")
 flags.DEFINE_string("vocab_file", os.path.join(_SHARED, "reference", "vocab.txt"), "Vocabulary.")
@@ -92,26 +104,13 @@ IDS = ("input_ids", "input_mask", "segment_ids")
 
 
 def real_batch(batch_size: int, seq_length: int) -> dict[str, np.ndarray]:
-  """[CLS] a [SEP] b [SEP] rows from consecutive lines of real text (no padding), 0/1 labels."""
-  tokenizer = tokenization.FastTokenizer(FLAGS.vocab_file, do_lower_case=True)
-  with open(FLAGS.text, encoding="utf-8") as f:
-    lines = [line for line in f.read(2_000_000).splitlines() if line.strip()]
-  ids = [i for row in tokenizer.tokenize_to_ids(lines[:4000]) for i in row]
-  vocab = tokenizer.vocab
-  half = (seq_length - 3) // 2
-  rows, segments, pos = [], [], 0
-  for _ in range(batch_size):
-    a, b = ids[pos:pos + half], ids[pos + half:pos + seq_length - 3]
-    pos += seq_length - 3
-    rows.append([vocab["[CLS]"]] + a + [vocab["[SEP]"]] + b + [vocab["[SEP]"]])
-    segments.append([0] * (len(a) + 2) + [1] * (len(b) + 1))
-  return {"input_ids": np.array(rows, np.int32),
-          "input_mask": np.ones([batch_size, seq_length], np.int32),
-          "segment_ids": np.array(segments, np.int32),
-          "task_id": np.zeros([batch_size], np.int32),
-          TASK + "_eid": np.arange(batch_size, dtype=np.int32),
-          TASK + "_label_ids": np.random.RandomState(0).randint(0, N_LABELS, batch_size)
-                               .astype(np.int32)}
+  """``timing.packed_pairs`` rows of real text, with the task's ids and 0/1 labels."""
+  batch = timing.packed_pairs(FLAGS.vocab_file, FLAGS.text, batch_size, seq_length)
+  batch.update({"task_id": np.zeros([batch_size], np.int32),
+                TASK + "_eid": np.arange(batch_size, dtype=np.int32),
+                TASK + "_label_ids": np.random.RandomState(0).randint(0, N_LABELS, batch_size)
+                                     .astype(np.int32)})
+  return batch
 
 
 def finetuning_config(shape: str) -> FinetuningConfig:
@@ -133,18 +132,24 @@ def _iterator(strategy, features: dict[str, np.ndarray]):
 class Ours:
   """Our model, optimizer and Trainer for one shape, built as ``ModelRunner`` builds them."""
 
-  def __init__(self, config: FinetuningConfig, batch: dict[str, np.ndarray]):
+  def __init__(self, config: FinetuningConfig, batch: dict[str, np.ndarray], name: str = "ours"):
+    self.name = name
+    jit_compile, precision = TRAIN_VARIANTS[name]
     self.strategy = training.get_strategy("one_device")
     self.tasks = registry.get_tasks([TASK], registry.make_tokenizer(FLAGS.vocab_file),
                                     config.data_dir, config.max_seq_length)
-    with self.strategy.scope():
-      self.model = model_lib.create_model(config, self.tasks)
-      optimizer = model_lib.create_finetuning_optimizer(config, TOTAL,
-                                                        self.model.n_transformer_layers)
+    training.set_mixed_precision_policy(precision)  # as ModelRunner: for this model only
+    try:
+      with self.strategy.scope():
+        self.model = model_lib.create_model(config, self.tasks)
+        optimizer = model_lib.create_finetuning_optimizer(config, TOTAL,
+                                                          self.model.n_transformer_layers)
+    finally:
+      training.set_mixed_precision_policy(None)
     settings = training.TrainSettings(
         model_dir=config.model_dir, num_train_steps=TOTAL, train_batch_size=FLAGS.batch_size,
         save_checkpoints_steps=config.save_checkpoints_steps, seed=0, log_total_loss=False,
-        micro_batch_losses="sum")
+        micro_batch_losses="sum", jit_compile=jit_compile)
     model = self.model
 
     def step_fn(features, seed):  # ModelRunner.train's, unseeded (the default)
@@ -157,7 +162,7 @@ class Ours:
 
   def train_runner(self) -> Runner:
     loop = self.trainer._make_loop(self.trainer._replica_train_step, train=True)  # train()'s
-    return Runner("ours", lambda it, steps: loop(it, steps)[0],
+    return Runner(self.name, lambda it, steps: loop(it, steps)[0],
                   _iterator(self.strategy, self.batch), FLAGS.batch_size)
 
   def eval_runner(self) -> Runner:
@@ -291,8 +296,10 @@ def run_shape(shape: str, batch: dict[str, np.ndarray]) -> dict[str, float]:
   tfm = Tfm(config, batch) if variants & {"tfm", "tfm_eval", "latency"} else None
   builders = {"ours": lambda: ours.train_runner(), "ours_eval": lambda: ours.eval_runner(),
               "tfm": lambda: tfm.train_runner(), "tfm_eval": lambda: tfm.eval_runner()}
+  for name in list(TRAIN_VARIANTS)[1:]:
+    builders[name] = lambda name=name: Ours(config, batch, name).train_runner()
   runners = []
-  for name in [v for v in builders if v in variants]:
+  for name in [v for v in FLAGS.variants if v in builders]:  # in --variants order
     start = time.perf_counter()
     runner = builders[name]()
     warm = runner.warm_up()
@@ -314,9 +321,29 @@ def run_shape(shape: str, batch: dict[str, np.ndarray]) -> dict[str, float]:
   return medians
 
 
+def peak_rss_gib(shape: str, name: str) -> float:
+  """Peak resident memory (GiB) of variant ``name`` of ``shape`` alone in a fresh process."""
+  return timing.child_peak_rss_gib(name, [
+      sys.executable, os.path.abspath(__file__), f"--shapes={shape}", f"--variants={name}",
+      "--repeats=1", "--nomemory", "--report_peak_rss"] + [
+          f"--{flag}={FLAGS[flag].value}" for flag in (
+              "batch_size", "seq_length", "num_layers", "steps", "text", "vocab_file")])
+
+
+def memory_lines(shape: str) -> list[str]:
+  """Peak RSS of each variant of ``shape`` alone, and ours* / tfm."""
+  rss = {name: peak_rss_gib(shape, name) for name in FLAGS.variants if name != "latency"}
+  lines = [f"{shape} peak RSS, each variant alone: "
+           + ", ".join(f"{n} {g:.2f} GiB" for n, g in rss.items())]
+  if "tfm" in rss:
+    lines += [f"{shape} peak RSS {n} / tfm = {g / rss['tfm']:.2f}x"
+              for n, g in rss.items() if n in TRAIN_VARIANTS]
+  return lines
+
+
 def ratio_lines(shape: str, m: dict[str, float]) -> list[str]:
   lines = []
-  for ours, tfm in (("ours", "tfm"), ("ours_eval", "tfm_eval")):
+  for ours, tfm in (*((name, "tfm") for name in TRAIN_VARIANTS), ("ours_eval", "tfm_eval")):
     if ours in m and tfm in m:
       lines.append(f"{shape} {ours} / {tfm} = {m[ours] / m[tfm]:.2f}x")
   tfm_ms = m.get("latency tfm BertClassifier tf.function")
@@ -329,8 +356,7 @@ def ratio_lines(shape: str, m: dict[str, float]) -> list[str]:
 
 def main(argv) -> None:
   del argv
-  unknown = sorted(set(FLAGS.shapes) - {"small", "base"} |
-                   set(FLAGS.variants) - {"ours", "ours_eval", "tfm", "tfm_eval", "latency"})
+  unknown = sorted(set(FLAGS.shapes) - {"small", "base"} | set(FLAGS.variants) - set(VARIANTS))
   if unknown:
     sys.exit(f"unknown shape or variant: {', '.join(unknown)}")
   absl_logging.set_verbosity(absl_logging.WARNING)  # SavedModel writing and tf-models' INFO
@@ -339,7 +365,7 @@ def main(argv) -> None:
   training.set_seed(1)
   batch = real_batch(FLAGS.batch_size, FLAGS.seq_length)
   print(f"{TASK} classification ({N_LABELS} labels), shapes {','.join(FLAGS.shapes)}, "
-        f"{FLAGS.num_layers} layers, batch {FLAGS.batch_size} x {FLAGS.seq_length}, float32, "
+        f"{FLAGS.num_layers} layers, batch {FLAGS.batch_size} x {FLAGS.seq_length}, "
         f"{FLAGS.steps} steps x {FLAGS.repeats} interleaved repetitions, TF {tf.__version__}, "
         f"{os.cpu_count()} CPUs, load average {os.getloadavg()[0]:.2f}", flush=True)
   results = {}
@@ -349,14 +375,20 @@ def main(argv) -> None:
     gc.collect()
   peak_mib = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
   print(f"peak RSS (whole process) {peak_mib:.0f} MiB, load average {os.getloadavg()[0]:.2f}")
+  if FLAGS.report_peak_rss:
+    timing.print_own_peak_rss()
+    return
+  if FLAGS.memory:
+    for shape in results:
+      print("\n".join(memory_lines(shape)), flush=True)
+    print(f"load average {os.getloadavg()[0]:.2f}")
   for shape, medians in results.items():
     for line in ratio_lines(shape, medians):
       print(line)
-  headline = "small" if "small" in results else next(iter(results))
-  m = results[headline]
-  if "ours" in m and "tfm" in m:
-    print(f"finetune ours / tfm = {m['ours'] / m['tfm']:.2f}x"
-          + ("" if headline == "small" else f" ({headline} shapes)"))
+  for shape, m in results.items():
+    for name in TRAIN_VARIANTS:
+      if name in m and "tfm" in m:
+        print(f"finetune {shape} {name} / tfm = {m[name] / m['tfm']:.2f}x")
 
 
 if __name__ == "__main__":

@@ -245,6 +245,10 @@ class FinetuningConfig(_HParams):
   optimizer: str = "adamw"  # ours: "adamw" (official) | "lamb" (large batches)
   # ours: micro-batches per update; train_batch_size stays the update's global batch
   gradient_accumulation_steps: int = 1
+  # ours: XLA-compile each step's forward + backward; "bfloat16": mixed precision (float32
+  # weights, optimizer and loss; bfloat16 matmuls and activations), None: float32
+  jit_compile: bool = False
+  mixed_precision: str | None = None
   save_checkpoints_steps: int = 1000000
   iterations_per_loop: int = 1000  # unless set: capped at 10% of the steps (see below)
   use_tfrecords_if_existing: bool = True  # reuse featurized TFRecords when present

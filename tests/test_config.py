@@ -72,7 +72,9 @@ OFFICIAL_FINETUNING_DEFAULTS = {
   "preprocessed_data_dir": "D/models/M/finetuning_tfrecords/chunk_tfrecords",
   "test_predictions": "D/models/M/test_predictions/{:}_{:}_{:}_predictions.pkl",
   "seed": None, "optimizer": "adamw", "gradient_accumulation_steps": 1,
+  "jit_compile": False, "mixed_precision": None,
 }
+OURS_SPEED = {"jit_compile", "mixed_precision"}  # fine-tuning's XLA and bfloat16 settings
 FINETUNING_PATHS = {"model_name", "data_dir", "raw_data_dir", "vocab_file", "init_checkpoint",
                     "model_dir", "results_txt", "results_pkl", "qa_eval_file", "qa_preds_file",
                     "qa_na_file", "preprocessed_data_dir", "test_predictions"}
@@ -188,7 +190,7 @@ def test_finetuning_matches_reference(reference_dir):
   resolved = _load(ref / "finetuning_config_resolved.json")
   ours = cfg.to_dict()
   _assert_same(ours, resolved)
-  assert set(ours) - set(resolved) == FINETUNING_PATHS | {"seed"} | OURS_UPDATE
+  assert set(ours) - set(resolved) == FINETUNING_PATHS | {"seed"} | OURS_UPDATE | OURS_SPEED
   assert get_bert_config(cfg) == BertConfig.from_json_file(str(ref / "bert_config.json"))
   # official layout of the paths the resolved file leaves out, for the multi-task name
   assert cfg.model_dir == "D/models/M/finetuning_models/rte,sts,squad,chunk_model"

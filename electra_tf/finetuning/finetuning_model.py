@@ -96,11 +96,18 @@ class FinetuningModel(tf_keras.Model):
                                use_one_hot_embeddings=use_one_hot_embeddings)
     self.encoder.build(None)
     heads = {}
-    for task in tasks:
-      head = task.make_head()
-      if not head.built:  # a head rebuilt by from_config comes built
-        head.build([None, None, bert_config.hidden_size])
-      heads[task.name] = head
+    # The heads run in float32 under a mixed precision policy: their logits feed the losses
+    # and predictions (the encoder's output is cast to float32 at their input).
+    policy = tf_keras.mixed_precision.global_policy()
+    tf_keras.mixed_precision.set_global_policy("float32")
+    try:
+      for task in tasks:
+        head = task.make_head()
+        if not head.built:  # a head rebuilt by from_config comes built
+          head.build([None, None, bert_config.hidden_size])
+        heads[task.name] = head
+    finally:
+      tf_keras.mixed_precision.set_global_policy(policy)
     self.heads = heads  # tracked by Keras as a dict: checkpoint paths model/heads/<task>/...
     self.built = True
 

@@ -19,6 +19,7 @@ from electra_tf.console import WIDTH, setting_value, wrapped  # noqa: F401 -- WI
 from electra_tf.finetuning.builtin.qa import QATask
 from electra_tf.finetuning.task_base import Task
 from electra_tf.model_sizes import get_bert_config
+from electra_tf.training import hardware
 
 TRAINING = ("max_seq_length", "train_batch_size", "num_train_epochs", "learning_rate",
             "layerwise_lr_decay")
@@ -33,8 +34,16 @@ _SHOWN_ELSEWHERE = ("model_name", "data_dir", "init_checkpoint", "task_names", "
                     "model_hparam_overrides", "do_lower_case")
 
 
+# mixed_precision values a fine-tuning run takes (float16 would need loss scaling, not offered)
+PRECISIONS = (None, "float32", "bfloat16")
+
+
 def check_settings(config: FinetuningConfig) -> None:
   """One-line ValueError for settings the model cannot run (before any data is read)."""
+  if config.mixed_precision not in PRECISIONS:
+    raise ValueError(f"mixed_precision {config.mixed_precision!r} is not supported for "
+                     "fine-tuning: set \"mixed_precision\" to \"bfloat16\", \"float32\" or null "
+                     "in --hparams")
   positions = get_bert_config(config).max_position_embeddings
   if config.max_seq_length > positions:
     raise ValueError(f"max_seq_length {config.max_seq_length} exceeds the model's "
@@ -97,5 +106,8 @@ def settings_lines(config: FinetuningConfig, tasks: Sequence[Task], full_config:
   others = _not_default(config, tasks)
   if others:
     lines += wrapped("other settings not at their defaults", others)
+  note = hardware.low_precision_note(config.mixed_precision)  # bfloat16 emulated on this CPU
+  if note:
+    lines.append(f"  {note}")
   lines.append(f"  full config: {full_config}")
   return lines

@@ -57,8 +57,14 @@ class ModelRunner:
     self.strategy, self.model_dir, self.seed = strategy, model_dir, seed
     if seed is not None:
       training.set_seed(seed)
-    with strategy.scope():
-      self.model = model_lib.create_model(config, tasks)
+    # Layers take the dtype policy when they are made: mixed_precision applies to this model
+    # only (training, and prediction with the trained weights).
+    training.set_mixed_precision_policy(config.mixed_precision)
+    try:
+      with strategy.scope():
+        self.model = model_lib.create_model(config, tasks)
+    finally:
+      training.set_mixed_precision_policy(None)
     self._predict_fns: dict[tuple[str, ...], Callable] = {}
 
   def _init_weights(self) -> None:
@@ -84,7 +90,8 @@ class ModelRunner:
         iterations_per_loop=c.train_iterations_per_loop(steps),
         save_checkpoints_steps=c.save_checkpoints_steps, seed=self.seed or 0,
         log_total_loss=False, gradient_accumulation_steps=c.gradient_accumulation_steps,
-        micro_batch_losses="sum")  # the official loss sums over the batch
+        micro_batch_losses="sum",  # the official loss sums over the batch
+        jit_compile=c.jit_compile)
     model, n_tasks, seeded = self.model, len(self.tasks), self.seed is not None
 
     def step_fn(batch, seed):
