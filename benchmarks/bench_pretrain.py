@@ -10,6 +10,8 @@ official code, the tanh approximation in tf-models' "gelu"), one device, float32
   ``tf.function``), the official AdamWeightDecay (no bias correction, clip 1.0, warmup+decay);
 - ``ours_xla``: the same with ``jit_compile`` (XLA for forward + backward, as ``--jit_compile``);
 - ``ours_bf16``: the same with ``--mixed_precision bfloat16``;
+- ``ours_xla_bf16``: both (``--jit_compile --mixed_precision bfloat16``): float32 master
+  weights, optimizer and loss, bfloat16 activations and matmuls, XLA-fused;
 - ``ours_accum``: ``ours`` with ``gradient_accumulation_steps`` = ``--accumulation_steps``
   (default 4): the same global batch per update, run as k micro-batches of batch / k; the
   line ``ours_accum / ours`` is the throughput cost of accumulation (1.0 = free);
@@ -21,12 +23,12 @@ official code, the tanh approximation in tf-models' "gelu"), one device, float32
 
 All variants run on the same fixed batch of real WordPiece ids (from wikitext-2). After one
 untimed two-step warm-up call each (tracing, grappler / XLA compilation), repetitions are
-interleaved (ours, ours_xla, ours_bf16, tfm, ours, ...) and each reports the median examples/s
-over its repetitions, and its model FLOPs utilisation (``electra_tf.pretraining.flops`` train
-FLOPs per example times examples/s, over the measured peak: the fastest of ten 2048^3 matmuls in the
-variant's precision). Then (``--memory``, the default) each variant runs alone in a fresh
-process of this script and its peak resident memory (``ru_maxrss``) is printed. The last line
-is ours / tfm.
+interleaved (ours, ours_xla, ours_bf16, ours_xla_bf16, tfm, ours, ...) and each reports the
+median examples/s over its repetitions, and its model FLOPs utilisation
+(``electra_tf.pretraining.flops`` train FLOPs per example times examples/s, over the measured
+peak: the fastest of ten 2048^3 matmuls in the variant's precision). Then (``--memory``, the
+default) each variant runs alone in a fresh process of this script and its peak resident
+memory (``ru_maxrss``) is printed. The last lines are each variant / tfm.
 
   python benchmarks/bench_pretrain.py [--batch_size=16] [--steps=3] [--repeats=3]
   python benchmarks/bench_pretrain.py --variants=ours,ours_accum --accumulation_steps=4
@@ -72,7 +74,7 @@ flags.DEFINE_integer("seq_length", 128, "Tokens per example.")
 flags.DEFINE_integer("num_layers", 12, "Transformer layers of both towers.")
 flags.DEFINE_integer("steps", 3, "Train steps per timed repetition.")
 flags.DEFINE_integer("repeats", 3, "Timed repetitions per variant (interleaved).")
-flags.DEFINE_list("variants", ["ours", "ours_xla", "ours_bf16", "tfm"],
+flags.DEFINE_list("variants", ["ours", "ours_xla", "ours_bf16", "ours_xla_bf16", "tfm"],
                   "What to run (also: ours_accum).")
 flags.DEFINE_integer("accumulation_steps", 4, "Micro-batches per update of ours_accum.")
 flags.DEFINE_bool("report_peak_rss", False, "Print this process's VmHWM at the end.")
@@ -268,6 +270,7 @@ def build_runners(batch: dict[str, np.ndarray]) -> list[Runner]:
       "ours": lambda: build_ours("ours", batch, False, None),
       "ours_xla": lambda: build_ours("ours_xla", batch, True, None),
       "ours_bf16": lambda: build_ours("ours_bf16", batch, False, "bfloat16"),
+      "ours_xla_bf16": lambda: build_ours("ours_xla_bf16", batch, True, "bfloat16"),
       "ours_accum": lambda: build_ours("ours_accum", batch, False, None,
                                        FLAGS.accumulation_steps),
       "tfm": lambda: build_tfm(batch),
@@ -298,7 +301,7 @@ def print_rates(runners: list[Runner], medians: dict[str, float]) -> None:
   peaks = {dtype: matmul_peak(dtype) for dtype in (tf.float32, tf.bfloat16)}
   for r in runners:
     peak = peaks[tf.bfloat16 if r.name.endswith("bf16") else tf.float32]
-    print(f"{r.name:10s} {medians[r.name]:8.2f} examples/s  MFU "
+    print(f"{r.name:13s} {medians[r.name]:8.2f} examples/s  MFU "
           f"{100 * medians[r.name] * per_example / peak:4.1f}% of {peak / 1e9:.0f} GFLOP/s  "
           f"(repetitions: {', '.join(f'{x:.2f}' for x in r.rates)})")
 
@@ -317,7 +320,7 @@ def print_ratios(medians: dict[str, float]) -> None:
           f"(k = {FLAGS.accumulation_steps} micro-batches of "
           f"{FLAGS.batch_size // FLAGS.accumulation_steps} vs one batch of {FLAGS.batch_size})")
   if "tfm" in medians:
-    for name in ("ours_xla", "ours_bf16"):
+    for name in ("ours_xla", "ours_bf16", "ours_xla_bf16"):
       if name in medians:
         print(f"{name} / tfm = {medians[name] / medians['tfm']:.2f}x")
     if "ours" in medians:
