@@ -69,9 +69,10 @@ def seeded_dropout(x: tf.Tensor, rate: float, seed: tf.Tensor) -> tf.Tensor:
   """``x`` with elements zeroed at ``rate`` and the rest scaled by 1 / keep probability."""
   if MASK_BITS == 32:
     return tf.nn.experimental.stateless_dropout(x, rate, seed=seed)
-  keep = keep_mask(_shape(x), rate, seed)
-  scale = tf.cast(1.0 / keep_probability(rate), x.dtype)
-  return tf.where(keep, x * scale, tf.zeros_like(x))
+  with tf.name_scope("seeded_dropout"):
+    keep = keep_mask(_shape(x), rate, seed)
+    scale = tf.cast(1.0 / keep_probability(rate), x.dtype)
+    return tf.where(keep, x * scale, tf.zeros_like(x))
 
 
 def dropout(layer: tf_keras.layers.Dropout, x: tf.Tensor, training: bool | tf.Tensor | None,
