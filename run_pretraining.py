@@ -74,7 +74,7 @@ from electra_tf.cli import data_dir_and_model_name  # noqa: E402
 from electra_tf.console import log  # noqa: E402
 
 FLAGS = flags.FLAGS
-PRECISIONS = ("none", "bfloat16", "float16")
+PRECISIONS = ("none", "auto", "bfloat16", "float16")
 
 
 def define_flags() -> None:
@@ -92,7 +92,9 @@ def define_flags() -> None:
   flags.DEFINE_string("tpu", None, "TPU name or address ('' = local; default: tpu_name hparam).")
   flags.DEFINE_bool("jit_compile", False, "XLA-compile the forward and backward pass.")
   flags.DEFINE_enum("mixed_precision", "none", PRECISIONS,
-                    "Compute dtype; float16 adds dynamic loss scaling. Weights stay float32.")
+                    "Compute dtype; float16 adds dynamic loss scaling. Weights stay float32. "
+                    "auto: bfloat16 where the device has bfloat16 units (AMX / AVX512-BF16 "
+                    "CPUs, GPUs of compute capability >= 8.0, TPUs), else float32.")
   flags.DEFINE_enum("check_data", "auto", ["auto", "true", "false"],
                     "Read every data shard once before step 1 and report every bad one "
                     "(auto: when the shards total < 1 GiB).")

@@ -10,6 +10,8 @@ official code, the tanh approximation in tf-models' "gelu"), one device, float32
   ``tf.function``), the official AdamWeightDecay (no bias correction, clip 1.0, warmup+decay);
 - ``ours_xla``: the same with ``jit_compile`` (XLA for forward + backward, as ``--jit_compile``);
 - ``ours_bf16``: the same with ``--mixed_precision bfloat16``;
+- ``ours_xla_bf16``: both (``--jit_compile --mixed_precision bfloat16``): float32 master
+  weights, optimizer and loss, bfloat16 activations and matmuls, XLA-fused;
 - ``ours_accum``: ``ours`` with ``gradient_accumulation_steps`` = ``--accumulation_steps``
   (default 4): the same global batch per update, run as k micro-batches of batch / k; the
   line ``ours_accum / ours`` is the throughput cost of accumulation (1.0 = free);
@@ -21,12 +23,12 @@ official code, the tanh approximation in tf-models' "gelu"), one device, float32
 
 All variants run on the same fixed batch of real WordPiece ids (from wikitext-2). After one
 untimed two-step warm-up call each (tracing, grappler / XLA compilation), repetitions are
-interleaved (ours, ours_xla, ours_bf16, tfm, ours, ...) and each reports the median examples/s
-over its repetitions, and its model FLOPs utilisation (``electra_tf.pretraining.flops`` train
-FLOPs per example times examples/s, over the measured peak: the fastest of ten 2048^3 matmuls in the
-variant's precision). Then (``--memory``, the default) each variant runs alone in a fresh
-process of this script and its peak resident memory (``ru_maxrss``) is printed. The last line
-is ours / tfm.
+interleaved (ours, ours_xla, ours_bf16, ours_xla_bf16, tfm, ours, ...) and each reports the
+median examples/s over its repetitions, and its model FLOPs utilisation
+(``electra_tf.pretraining.flops`` train FLOPs per example times examples/s, over the measured
+peak: the fastest of ten 2048^3 matmuls in the variant's precision). Then (``--memory``, the
+default) each variant runs alone in a fresh process of this script and its peak resident
+memory (``ru_maxrss``) is printed. The last lines are each variant / tfm.
 
   python benchmarks/bench_pretrain.py [--batch_size=16] [--steps=3] [--repeats=3]
   python benchmarks/bench_pretrain.py --variants=ours,ours_accum --accumulation_steps=4
@@ -39,7 +41,6 @@ import gc
 import os
 import shutil
 import statistics
-import subprocess
 import sys
 import tempfile
 import time
@@ -52,13 +53,14 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))  # timing.py
 import numpy as np  # noqa: E402
 import tensorflow as tf  # noqa: E402
 import tf_keras  # noqa: E402
+import timing  # noqa: E402
 from absl import app, flags  # noqa: E402
 from official.modeling import tf_utils  # noqa: E402
 from official.modeling.optimization import legacy_adamw, lr_schedule  # noqa: E402
 from official.nlp.modeling import models, networks  # noqa: E402
 from timing import Runner  # noqa: E402
 
-from electra_tf import tokenization, training  # noqa: E402
+from electra_tf import training  # noqa: E402
 from electra_tf.config import PretrainingConfig  # noqa: E402
 from electra_tf.optimization import create_optimizer  # noqa: E402
 from electra_tf.pretraining import flops, masking, task  # noqa: E402
@@ -72,7 +74,7 @@ flags.DEFINE_integer("seq_length", 128, "Tokens per example.")
 flags.DEFINE_integer("num_layers", 12, "Transformer layers of both towers.")
 flags.DEFINE_integer("steps", 3, "Train steps per timed repetition.")
 flags.DEFINE_integer("repeats", 3, "Timed repetitions per variant (interleaved).")
-flags.DEFINE_list("variants", ["ours", "ours_xla", "ours_bf16", "tfm"],
+flags.DEFINE_list("variants", ["ours", "ours_xla", "ours_bf16", "ours_xla_bf16", "tfm"],
                   "What to run (also: ours_accum).")
 flags.DEFINE_integer("accumulation_steps", 4, "Micro-batches per update of ours_accum.")
 flags.DEFINE_bool("report_peak_rss", False, "Print this process's VmHWM at the end.")
@@ -87,22 +89,8 @@ HIDDEN, HEADS, EMBEDDING, GEN_FRACTION, LR, WARMUP, TOTAL = 256, 4, 128, 0.25, 5
 
 
 def real_batch(batch_size: int, seq_length: int) -> dict[str, np.ndarray]:
-  """[CLS] a [SEP] b [SEP] rows packed from consecutive lines of real text (no padding)."""
-  tokenizer = tokenization.FastTokenizer(FLAGS.vocab_file, do_lower_case=True)
-  with open(FLAGS.text, encoding="utf-8") as f:
-    lines = [line for line in f.read(2_000_000).splitlines() if line.strip()]
-  ids = [i for row in tokenizer.tokenize_to_ids(lines[:4000]) for i in row]
-  vocab = tokenizer.vocab
-  half = (seq_length - 3) // 2
-  rows, segments, pos = [], [], 0
-  for _ in range(batch_size):
-    a, b = ids[pos:pos + half], ids[pos + half:pos + seq_length - 3]
-    pos += seq_length - 3
-    rows.append([vocab["[CLS]"]] + a + [vocab["[SEP]"]] + b + [vocab["[SEP]"]])
-    segments.append([0] * (len(a) + 2) + [1] * (len(b) + 1))
-  return {"input_ids": np.array(rows, np.int32),
-          "input_mask": np.ones([batch_size, seq_length], np.int32),
-          "segment_ids": np.array(segments, np.int32)}
+  """``timing.packed_pairs`` rows of real text (no padding)."""
+  return timing.packed_pairs(FLAGS.vocab_file, FLAGS.text, batch_size, seq_length)
 
 
 def pretraining_config(batch_size: int, seq_length: int) -> PretrainingConfig:
@@ -246,20 +234,12 @@ def matmul_peak(dtype: tf.DType, n: int = 2048) -> float:
 
 
 def peak_rss_gib(name: str) -> float:
-  """Peak resident memory (GiB) of ``name`` run alone in a fresh process of this script.
-
-  The child reports its own ``VmHWM``: a parent's ``ru_maxrss`` for the child would also count
-  the pages the child shared with this (large) process between fork and exec.
-  """
-  args = [sys.executable, os.path.abspath(__file__), f"--variants={name}", "--repeats=1",
-          "--nomemory", "--report_peak_rss"] + [f"--{flag}={FLAGS[flag].value}" for flag in (
-              "batch_size", "seq_length", "num_layers", "steps", "accumulation_steps", "text",
-              "vocab_file")]
-  child = subprocess.run(args, capture_output=True, text=True, check=False)
-  lines = [line for line in child.stdout.splitlines() if line.startswith("VmHWM:")]
-  if child.returncode != 0 or not lines:
-    raise RuntimeError(f"{name} alone exited with status {child.returncode}: run {' '.join(args)}")
-  return int(lines[-1].split()[1]) / 2**20  # kB
+  """Peak resident memory (GiB) of ``name`` run alone in a fresh process of this script."""
+  return timing.child_peak_rss_gib(name, [
+      sys.executable, os.path.abspath(__file__), f"--variants={name}", "--repeats=1",
+      "--nomemory", "--report_peak_rss"] + [f"--{flag}={FLAGS[flag].value}" for flag in (
+          "batch_size", "seq_length", "num_layers", "steps", "accumulation_steps", "text",
+          "vocab_file")])
 
 
 def build_runners(batch: dict[str, np.ndarray]) -> list[Runner]:
@@ -268,6 +248,7 @@ def build_runners(batch: dict[str, np.ndarray]) -> list[Runner]:
       "ours": lambda: build_ours("ours", batch, False, None),
       "ours_xla": lambda: build_ours("ours_xla", batch, True, None),
       "ours_bf16": lambda: build_ours("ours_bf16", batch, False, "bfloat16"),
+      "ours_xla_bf16": lambda: build_ours("ours_xla_bf16", batch, True, "bfloat16"),
       "ours_accum": lambda: build_ours("ours_accum", batch, False, None,
                                        FLAGS.accumulation_steps),
       "tfm": lambda: build_tfm(batch),
@@ -298,7 +279,7 @@ def print_rates(runners: list[Runner], medians: dict[str, float]) -> None:
   peaks = {dtype: matmul_peak(dtype) for dtype in (tf.float32, tf.bfloat16)}
   for r in runners:
     peak = peaks[tf.bfloat16 if r.name.endswith("bf16") else tf.float32]
-    print(f"{r.name:10s} {medians[r.name]:8.2f} examples/s  MFU "
+    print(f"{r.name:13s} {medians[r.name]:8.2f} examples/s  MFU "
           f"{100 * medians[r.name] * per_example / peak:4.1f}% of {peak / 1e9:.0f} GFLOP/s  "
           f"(repetitions: {', '.join(f'{x:.2f}' for x in r.rates)})")
 
@@ -317,7 +298,7 @@ def print_ratios(medians: dict[str, float]) -> None:
           f"(k = {FLAGS.accumulation_steps} micro-batches of "
           f"{FLAGS.batch_size // FLAGS.accumulation_steps} vs one batch of {FLAGS.batch_size})")
   if "tfm" in medians:
-    for name in ("ours_xla", "ours_bf16"):
+    for name in ("ours_xla", "ours_bf16", "ours_xla_bf16"):
       if name in medians:
         print(f"{name} / tfm = {medians[name] / medians['tfm']:.2f}x")
     if "ours" in medians:
@@ -343,8 +324,7 @@ def main(argv) -> None:
   print_rates(runners, medians)
   print_ratios(medians)
   if FLAGS.report_peak_rss:
-    with open("/proc/self/status", encoding="ascii") as f:
-      print(next(line.strip() for line in f if line.startswith("VmHWM:")))
+    timing.print_own_peak_rss()
   # Release the variants' distributed-dataset iterators and loops while the runtime is whole,
   # not during interpreter shutdown (tests/tooling/test_benchmarks_exit.py checks the process ends).
   runners.clear()

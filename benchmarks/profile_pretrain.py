@@ -1,6 +1,7 @@
 """Where the pre-training step's time goes: the TF profiler's op events, grouped.
 
-Builds a variant of ``bench_pretrain.py`` (``ours`` or ``tfm``, the same shapes and batch),
+Builds a variant of ``bench_pretrain.py`` (``ours``, ``ours_bf16``, ``ours_xla``,
+``ours_xla_bf16`` or ``tfm``, the same shapes and batch),
 warms it up, traces ``--steps`` steps with ``tf.profiler`` and reads the trace (the XPlane
 file the trace viewer shows) back: the time of every TensorFlow op executed, grouped into
 matmuls, dropout, GELU, LayerNorm, softmax, transposes, gathers / scatters, the optimizer's
@@ -29,8 +30,13 @@ import tensorflow as tf  # noqa: E402
 from absl import app, flags  # noqa: E402
 from tensorflow.tsl.profiler.protobuf import xplane_pb2  # noqa: E402
 
-flags.DEFINE_enum("variant", "ours", ["ours", "ours_bf16", "tfm"], "What to profile.")
+from electra_tf.modeling import dropout  # noqa: E402
+
+flags.DEFINE_enum("variant", "ours", ["ours", "ours_bf16", "ours_xla", "ours_xla_bf16", "tfm"],
+                  "What to profile.")
 flags.DEFINE_integer("top", 12, "Op types listed.")
+flags.DEFINE_enum("dropout_mask_bits", "16", ["16", "32"], "Random bits per dropout mask "
+                  "element (32: the float32 uniform draw before, electra_tf/modeling/dropout.py).")
 FLAGS = flags.FLAGS
 
 OPTIMIZER_SCOPES = ("AdamWeightDecay", "clip_by_global_norm", "Lamb")
@@ -94,12 +100,13 @@ def busy_time(intervals: list[tuple[float, float]]) -> float:
 def main(argv) -> None:
   del argv
   bench_pretrain.training.set_seed(1)
+  dropout.MASK_BITS = int(FLAGS.dropout_mask_bits)
   batch = bench_pretrain.real_batch(FLAGS.batch_size, FLAGS.seq_length)
   if FLAGS.variant == "tfm":
     runner = bench_pretrain.build_tfm(batch)
   else:
-    runner = bench_pretrain.build_ours(FLAGS.variant, batch, False,
-                                       "bfloat16" if FLAGS.variant == "ours_bf16" else None)
+    runner = bench_pretrain.build_ours(FLAGS.variant, batch, "xla" in FLAGS.variant,
+                                       "bfloat16" if FLAGS.variant.endswith("bf16") else None)
   runner.warm_up()
   runner.timed(FLAGS.steps)  # untraced: the first full-length call
   logdir = tempfile.mkdtemp(prefix="profile_pretrain_")
@@ -117,8 +124,9 @@ def main(argv) -> None:
   total = sum(by_category.values())
   busy = busy_time([(s, s + d) for _, _, s, d in events])
   steps = FLAGS.steps
-  print(f"{FLAGS.variant}: ELECTRA-Small shapes, {FLAGS.num_layers} layers, batch "
-        f"{FLAGS.batch_size} x {FLAGS.seq_length}, {steps} traced steps, {os.cpu_count()} CPUs, "
+  print(f"{FLAGS.variant}, {FLAGS.dropout_mask_bits}-bit dropout masks: ELECTRA-Small shapes, "
+        f"{FLAGS.num_layers} layers, batch {FLAGS.batch_size} x {FLAGS.seq_length}, {steps} "
+        f"traced steps, {os.cpu_count()} CPUs, "
         f"1-min load before: {os.getloadavg()[0]:.2f}")
   print(f"wall {wall / steps:.3f} s/step; no op running {(wall - busy) / steps:.3f} s/step "
         f"({100 * (wall - busy) / wall:.1f}%); op time {total / steps:.3f} s/step "

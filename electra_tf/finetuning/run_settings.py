@@ -13,7 +13,7 @@ from collections.abc import Sequence
 
 import tensorflow as tf
 
-from electra_tf import atomic_io
+from electra_tf import atomic_io, training
 from electra_tf.config import FinetuningConfig
 from electra_tf.console import WIDTH, setting_value, wrapped  # noqa: F401 -- WIDTH: re-exported
 from electra_tf.finetuning.builtin.qa import QATask
@@ -34,16 +34,17 @@ _SHOWN_ELSEWHERE = ("model_name", "data_dir", "init_checkpoint", "task_names", "
                     "model_hparam_overrides", "do_lower_case")
 
 
-# mixed_precision values a fine-tuning run takes (float16 would need loss scaling, not offered)
-PRECISIONS = (None, "float32", "bfloat16")
+# mixed_precision values a fine-tuning run takes (float16 would need loss scaling, not offered;
+# "auto": bfloat16 where the device has bfloat16 units, training.resolve_precision)
+PRECISIONS = (None, "float32", "bfloat16", "auto")
 
 
 def check_settings(config: FinetuningConfig) -> None:
   """One-line ValueError for settings the model cannot run (before any data is read)."""
   if config.mixed_precision not in PRECISIONS:
     raise ValueError(f"mixed_precision {config.mixed_precision!r} is not supported for "
-                     "fine-tuning: set \"mixed_precision\" to \"bfloat16\", \"float32\" or null "
-                     "in --hparams")
+                     "fine-tuning: set \"mixed_precision\" to \"bfloat16\", \"auto\", "
+                     "\"float32\" or null in --hparams")
   positions = get_bert_config(config).max_position_embeddings
   if config.max_seq_length > positions:
     raise ValueError(f"max_seq_length {config.max_seq_length} exceeds the model's "
@@ -106,6 +107,8 @@ def settings_lines(config: FinetuningConfig, tasks: Sequence[Task], full_config:
   others = _not_default(config, tasks)
   if others:
     lines += wrapped("other settings not at their defaults", others)
+  if config.mixed_precision == "auto":
+    lines.append(f"  compute: {training.resolve_precision('auto')[1]}")
   note = hardware.low_precision_note(config.mixed_precision)  # bfloat16 emulated on this CPU
   if note:
     lines.append(f"  {note}")

@@ -59,7 +59,7 @@ class ModelRunner:
       training.set_seed(seed)
     # Layers take the dtype policy when they are made: mixed_precision applies to this model
     # only (training, and prediction with the trained weights).
-    training.set_mixed_precision_policy(config.mixed_precision)
+    training.set_mixed_precision_policy(training.resolve_precision(config.mixed_precision)[0])
     try:
       with strategy.scope():
         self.model = model_lib.create_model(config, tasks)

@@ -22,6 +22,7 @@ def train_or_eval(config: Any, strategy: Any = None, jit_compile: bool = False,
 
   Returns ``{"start": {"global_step": restored step}, "train": last logged values, "eval":
   eval results}`` (the parts that ran).
+  ``mixed_precision``: None | "bfloat16" | "float16" | "auto" (``training.resolve_precision``).
   ``check_data``: read every shard before step 1 (True), never (False), or when the data is
   small (None, < 1 GiB). ``probe``: a ``probing.during_pretraining.RunProbe`` to attach.
   """
@@ -40,8 +41,13 @@ def train_or_eval(config: Any, strategy: Any = None, jit_compile: bool = False,
     log_fn(f"debug: deleting {config.model_dir} (official behaviour)")
     tf.io.gfile.rmtree(config.model_dir)
   # A few lines of settings; every hparam goes to config.json once the setup checks passed.
-  log_fn("\n".join(run_settings.settings_lines(config, run_settings.full_config_path(config),
-                                               training.latest_checkpoint(config.model_dir))))
+  lines = run_settings.settings_lines(config, run_settings.full_config_path(config),
+                                     training.latest_checkpoint(config.model_dir))
+  requested = mixed_precision
+  mixed_precision, precision_line = training.resolve_precision(requested)
+  if requested not in (None, "float32") or jit_compile:  # float32 without XLA goes unsaid
+    lines.insert(-3, f"  compute: {precision_line}{', XLA' if jit_compile else ''}")
+  log_fn("\n".join(lines))
   if console.is_verbose():
     log_fn(config.to_json())
   run = task.build_run(config, strategy, jit_compile, mixed_precision, peak_flops, log_fn)

@@ -12,6 +12,7 @@ from electra_tf.training.loop import Trainer, model_step_fn
 from electra_tf.training.monitoring import secs_to_str, write_results
 from electra_tf.training.runtime import (
     get_strategy,
+    resolve_precision,
     set_mixed_precision_policy,
     set_seed,
     worker_role,
@@ -23,6 +24,7 @@ __all__ = [
     "CheckpointSaveError", "InputDataError", "Interrupted", "ModelDirError",
     "NonFiniteCheckpointError", "NonFiniteLossError", "RestoreDisagreementError",
     "TrainSettings", "Trainer",
-    "check_model_dir", "get_strategy", "latest_checkpoint", "model_step_fn", "secs_to_str",
-    "set_mixed_precision_policy", "set_seed", "worker_role", "wrap_optimizer", "write_results",
+    "check_model_dir", "get_strategy", "latest_checkpoint", "model_step_fn", "resolve_precision",
+    "secs_to_str", "set_mixed_precision_policy", "set_seed", "worker_role", "wrap_optimizer",
+    "write_results",
 ]

@@ -37,10 +37,10 @@ def gpu_peak_flops(device_name: str, precision: str | None = None) -> float | No
   return None
 
 
-def _cpu_info() -> tuple[str, set[str], int | None]:
+def _cpu_info(path: str = "/proc/cpuinfo") -> tuple[str, set[str], int | None]:
   """(vendor, ISA flags, CPU family) from /proc/cpuinfo; empty where unavailable."""
   try:
-    with open("/proc/cpuinfo") as f:
+    with open(path) as f:
       text = f.read()
   except OSError:
     return "", set(), None
@@ -110,6 +110,34 @@ def low_precision_note(precision: str | None) -> str | None:
   return (f"note: this CPU has no {precision} matrix instructions "
           f"({' / '.join(NATIVE_CPU_FLAGS[precision])} not in /proc/cpuinfo): {precision} "
           "matmuls are emulated and slower than float32 here; --mixed_precision none is faster")
+
+
+def bfloat16_units(cpu_flags: set[str], gpu_capability: tuple[int, int] | None = None,
+                   tpu: bool = False) -> str | None:
+  """Which bfloat16 unit the training device has, in words, or None where it has none.
+
+  TPUs; else GPU 0 when ``gpu_capability`` is given (compute capability >= 8.0: Ampere tensor
+  cores); else the CPU flags (``amx_bf16`` tiles, ``avx512_bf16`` dot products).
+  """
+  if tpu:
+    return "TPU"
+  if gpu_capability is not None:
+    if tuple(gpu_capability) >= (8, 0):
+      return f"GPU compute capability {gpu_capability[0]}.{gpu_capability[1]}"
+    return None
+  found = [flag for flag in NATIVE_CPU_FLAGS["bfloat16"][::-1] if flag in cpu_flags]
+  return f"{found[0]} in /proc/cpuinfo" if found else None
+
+
+def device_bfloat16_units(cpuinfo: str = "/proc/cpuinfo") -> str | None:
+  """``bfloat16_units`` of this process's training device (TPU, else GPU 0, else the CPU)."""
+  tpu = bool(tf.config.list_logical_devices("TPU"))
+  gpus = tf.config.list_physical_devices("GPU")
+  capability = None
+  if gpus and not tpu:
+    capability = tf.config.experimental.get_device_details(gpus[0]).get("compute_capability")
+    capability = capability or (0, 0)
+  return bfloat16_units(_cpu_info(cpuinfo)[1], capability, tpu)
 
 
 def peak_flops(precision: str | None = None) -> float | None:

@@ -18,7 +18,7 @@ from official.common import distribute_utils
 from tensorflow.python.eager import context
 
 from electra_tf import console
-from electra_tf.training import lost_worker
+from electra_tf.training import hardware, lost_worker
 
 # The one list of strategy names: get_strategy's and both training scripts' flag.
 STRATEGIES = ("one_device", "mirrored", "multi_worker_mirrored", "tpu")
@@ -156,6 +156,23 @@ def set_seed(seed: int) -> None:
   tf_keras.utils.set_random_seed(seed)
 
 
+def resolve_precision(mixed_precision: str | None) -> tuple[str | None, str]:
+  """(--mixed_precision to use, what the settings block says of it).
+
+  "auto": "bfloat16" where the training device has bfloat16 units
+  (``hardware.device_bfloat16_units``: AMX or AVX512-BF16 CPUs, GPUs of compute capability 8.0
+  and later, TPUs), else None (float32), so that it stays float32 where bfloat16 would be
+  emulated and slower. Any other value is returned as it is ("float32" as None).
+  """
+  if mixed_precision != "auto":
+    name = "float32" if mixed_precision in (None, "float32") else f"mixed {mixed_precision}"
+    return (None if mixed_precision == "float32" else mixed_precision), name
+  units = hardware.device_bfloat16_units()
+  if units:
+    return "bfloat16", f"mixed bfloat16 (auto: {units})"
+  return None, "float32 (auto: no bfloat16 units on this device)"
+
+
 def set_mixed_precision_policy(mixed_precision: str | None) -> str:
   """Sets the tf_keras global dtype policy from --mixed_precision; returns the policy name.
 
@@ -164,7 +181,8 @@ def set_mixed_precision_policy(mixed_precision: str | None) -> str:
   read the policy when they are created.
   """
   if mixed_precision not in MIXED_PRECISION:
-    raise ValueError("mixed_precision must be one of bfloat16, float16, float32 or None; "
+    raise ValueError("mixed_precision must be one of bfloat16, float16, float32 or None "
+                     "(resolve 'auto' with resolve_precision first); "
                      f"got {mixed_precision!r}")
   policy = MIXED_PRECISION[mixed_precision]
   tf_keras.mixed_precision.set_global_policy(policy)

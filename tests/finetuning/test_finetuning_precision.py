@@ -16,6 +16,7 @@ from electra_tf import training
 from electra_tf.config import FinetuningConfig
 from electra_tf.finetuning import finetuning_model as model_lib
 from electra_tf.finetuning import registry, run_settings
+from electra_tf.training import hardware
 
 # Encoder dropout off: the runs then differ only by arithmetic and by the classifier's dropout
 # masks, which XLA draws from the same seeds with another generator.
@@ -34,8 +35,9 @@ def test_an_unsupported_precision_is_refused_in_one_line():
   with pytest.raises(ValueError, match=r"^mixed_precision 'float16' is not supported for "
                                        r"fine-tuning: set \"mixed_precision\" to \"bfloat16\""):
     run_settings.check_settings(config)
-  run_settings.check_settings(FinetuningConfig("m", "D", task_names=["rte"],
-                                               mixed_precision="bfloat16"))
+  for accepted in ("bfloat16", "auto"):
+    run_settings.check_settings(FinetuningConfig("m", "D", task_names=["rte"],
+                                                 mixed_precision=accepted))
 
 
 def test_the_settings_block_shows_the_speed_settings(vocab_file):
@@ -44,6 +46,22 @@ def test_the_settings_block_shows_the_speed_settings(vocab_file):
   tasks = registry.get_tasks(["rte"], registry.make_tokenizer(vocab_file), "D", 128)
   text = "\n".join(run_settings.settings_lines(config, tasks, "F"))
   assert "jit_compile true" in text and "mixed_precision bfloat16" in text, text
+
+
+@pytest.mark.parametrize("units, compute", [
+    ("avx512_bf16 in /proc/cpuinfo",
+     "compute: mixed bfloat16 (auto: avx512_bf16 in /proc/cpuinfo)"),
+    (None, "compute: float32 (auto: no bfloat16 units on this device)")])
+def test_auto_precision_is_resolved_and_said(monkeypatch, vocab_file, units, compute):
+  """"auto" is bfloat16 where the device has the units, float32 elsewhere: the block says which
+  and the runner builds the model under that policy."""
+  monkeypatch.setattr(hardware, "device_bfloat16_units", lambda: units)
+  config = FinetuningConfig("m", "D", task_names=["rte"], vocab_file=vocab_file,
+                            mixed_precision="auto")
+  tasks = registry.get_tasks(["rte"], registry.make_tokenizer(vocab_file), "D", 128)
+  text = "\n".join(run_settings.settings_lines(config, tasks, "F"))
+  assert compute in text, text
+  assert training.resolve_precision("auto")[0] == ("bfloat16" if units else None)
 
 
 def test_heads_run_in_float32_under_bfloat16(tmp_path, vocab_file, reference_dir):

@@ -23,6 +23,7 @@ from electra_tf.config import PretrainingConfig
 from electra_tf.finetuning import features
 from electra_tf.finetuning.builtin import classification
 from electra_tf.finetuning.finetuning_model import FinetuningModel
+from electra_tf.modeling import dropout as dropout_lib
 from electra_tf.modeling.bert_config import BertConfig
 from electra_tf.modeling.encoder import Transformer
 from electra_tf.pretraining.builder import build_pretraining_model
@@ -80,13 +81,13 @@ def test_each_dropout_site_of_a_step_draws_its_own_mask(tower_inputs, monkeypatc
                              max_seq_length=12)
   model = build_pretraining_model(config, SPECIAL)
   seeds = []
-  original = tf.nn.experimental.stateless_dropout
+  original = dropout_lib.seeded_dropout
 
-  def recording(x, rate, seed, **kwargs):
+  def recording(x, rate, seed):
     seeds.append(tuple(seed.numpy()))
-    return original(x, rate, seed, **kwargs)
+    return original(x, rate, seed)
 
-  monkeypatch.setattr(tf.nn.experimental, "stateless_dropout", recording)
+  monkeypatch.setattr(dropout_lib, "seeded_dropout", recording)
   ids, mask, segments = tower_inputs
   features = {"input_ids": ids, "input_mask": mask, "segment_ids": segments}
   model(features, training=True, seed=_trainer_seed(3, 0, 0))
