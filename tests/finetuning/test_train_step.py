@@ -22,7 +22,7 @@ from electra_tf.finetuning import registry
 LOSS_ATOL = 1e-5  # model outputs, as tests/finetuning/test_finetuning_model.py
 TOL = 1e-6  # clipped gradients, parameters and slots, as tests/test_optimization.py
 LR_ATOL = 1e-9  # learning rates, as tests/test_optimization.py
-NORM_RTOL = TOL  # global norm (100 to 660): TOL relative (float32 ulp at 104 is 7.6e-6)
+NORM_RTOL = TOL  # global norm (60 to 660 over the lanes): TOL relative (an ulp at 104: 7.6e-6)
 WORD = "electra/embeddings/word_embeddings"
 DENSE_EMBEDDINGS = ("electra/embeddings/token_type_embeddings",
                     "electra/embeddings/position_embeddings")
@@ -158,9 +158,10 @@ def test_global_norm(run, golden, step):
   does in the official graph."""
   got = run["steps"][step - 1]["norm"]
   np.testing.assert_allclose(got, golden[f"step{step}/global_norm"], rtol=NORM_RTOL, atol=0)
-  # far from the variants a gather of token types or merged word rows would give
+  # far from the variants a gather of token types or merged word rows would give: at least
+  # 0.1% of the norm, a thousand times the tolerance (golden lane: 0.093 to 2.9 at norms 60-73)
   for variant in ("global_norm_tokentype_per_position", "global_norm_all_dense_merged"):
-    assert abs(got - golden[f"step{step}/{variant}"]) > 1.0, variant
+    assert abs(got - golden[f"step{step}/{variant}"]) > 1000 * NORM_RTOL * got, variant
 
 
 @pytest.mark.parametrize("step", STEPS)

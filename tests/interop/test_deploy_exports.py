@@ -23,7 +23,8 @@ INPUTS = ("input_ids", "input_mask", "segment_ids")
 # max |LiteRT - SavedModel| over the reference inputs, measured (rte logits / chunk logits):
 # float32 7e-7 / 2e-6, float16 9e-4 / 3.3e-3, int8 1.0e-2 / 5.3e-2 (int8 activations are
 # coarse, see docs/deployment.md): bounds about 3x above that (the golden lane measured less:
-# float16 2.9e-3, int8 1.7e-2 at most). int8_full: see HELD_OUT.
+# float16 2.9e-3, int8 2.7e-2 at most). Not 1e-5: float16 and int8 weights round by design.
+# int8_full: see HELD_OUT.
 TOLERANCE = {("float32", "classify"): 1e-5, ("float32", "tag"): 1e-5,
              ("float16", "classify"): 5e-3, ("float16", "tag"): 1e-2,
              ("int8", "classify"): 5e-2, ("int8", "tag"): 0.15}
@@ -35,16 +36,18 @@ TOLERANCE = {("float32", "classify"): 1e-5, ("float32", "tag"): 1e-5,
 # calibration (zeros) measured rte 0.93, chunk 1.55 and 89.4 %: the bounds reject it.
 HELD_OUT = {"classify": {"max_difference": 0.32, "agreement": 98.0},
             "tag": {"max_difference": 1.3, "agreement": 85.0}}
-# The golden lane's tiny model (hidden 32, tests/golden), measured the same way: int8_full rte
-# 0.076 (100 %), chunk 0.342 (96.0 %); the zero-calibrated one rte 0.286 (100 %). Same rule for
-# the bounds. Its file sizes: float16 0.694 and int8 0.559 of float32 (the graph's fixed bytes
-# weigh more next to 40k weights); the shared set's model: under 0.55 and 0.3.
+# The golden lane's tiny model (hidden 32, tests/golden, kernels at the goldens' 0.03 noise),
+# measured the same way: int8_full rte 0.053 (100 %), chunk 0.295 (96.7 %); the zero-calibrated
+# one rte 0.190 (100 %), chunk 1.100 (95.2 %). Bounds set on the 0.02-scale model (rte 0.076,
+# chunk 0.342), kept. Its file sizes: float16 0.694 and int8 0.559 of float32 (the graph's
+# fixed bytes weigh more next to 40k weights); the shared set's model: under 0.55 and 0.3.
 HELD_OUT_GOLDEN = {"classify": {"max_difference": 0.16, "agreement": 98.0},
                    "tag": {"max_difference": 0.7, "agreement": 92.0}}
 SIZE_RATIOS = {"extended": {"float16": 0.55, "int8": 0.3},
                "golden": {"float16": 0.75, "int8": 0.62}}
 # keras-hub's feed-forward uses tanh-approximate GELU, ELECTRA the erf form: sequence_output
-# differs by at most 5.7e-5 here (2 layers, |values| up to 6); see docs/deployment.md
+# differs by at most 5.7e-5 in the extended lane (2 layers, |values| up to 6), 8.8e-6 in the
+# golden lane; not 1e-5: the forms differ by design (docs/deployment.md)
 KERAS_HUB_TOLERANCE = 1e-4
 
 
@@ -252,7 +255,8 @@ def test_keras_hub_preset_loads_offline_and_matches_encoder(exported, reference_
   assert (gelu["keras_hub"], gelu["electra"]) == ("tanh approximation", "exact (erf)")
   assert gelu["sequence_output_max_abs_difference"] == measured["max"]
   assert gelu["measured_on"] == "32 rte dev rows"
-  np.testing.assert_allclose(theirs["pooled_output"], np.tanh(ours[:, 0]), atol=1e-4)
+  np.testing.assert_allclose(theirs["pooled_output"], np.tanh(ours[:, 0]),
+                             atol=KERAS_HUB_TOLERANCE)
   tokenizer = tokenization.FullTokenizer(str(reference_dir / "vocab.txt"), True)
   for text, ids in zip(texts, theirs["token_ids"], strict=True):
     want = tokenizer.convert_tokens_to_ids(tokenizer.tokenize(str(text)))
@@ -323,6 +327,7 @@ def test_litert_failure_keeps_the_other_variants(reference_dir, tmp_path):
   runner = LiteRTModel(litert["files"]["int8"], "classify").run
   g = dict(np.load(folder / "golden.npz"))
   got = runner(*(g[f"sts/in/{k}"][:1] for k in INPUTS))
+  # int8 weights: TOLERANCE["int8", "classify"], not 1e-5
   assert abs(float(got["logits"][0]) - float(g["sts/out/predictions"][0])) < 5e-2
 
 

@@ -73,6 +73,17 @@ def test_red_baseline_stops_the_run(tiny_repo, tmp_path, monkeypatch, capsys):
   assert "1 failed" in out[0]
 
 
+def test_scratch_copy_keeps_tracked_symlinks(tiny_repo, tmp_path):
+  """A tracked symlink to a folder (the repository's ``configs``) is in the copy, as a link."""
+  (tiny_repo / "lib" / "presets").mkdir(parents=True)
+  (tiny_repo / "lib" / "presets" / "small.json").write_text("{}")
+  (tiny_repo / "presets").symlink_to("lib/presets")
+  subprocess.run(["git", "add", "."], cwd=tiny_repo, check=True)
+  runner.copy_tree(tmp_path / "copy", tiny_repo)
+  assert (tmp_path / "copy" / "presets").is_symlink()
+  assert (tmp_path / "copy" / "presets" / "small.json").read_text() == "{}"
+
+
 @pytest.mark.slow
 def test_tokenizer_mutant_is_caught_in_the_repository(tmp_path, monkeypatch):
   """End to end on this repository: BasicTokenizer without lower-casing fails the official

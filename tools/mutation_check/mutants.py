@@ -32,6 +32,9 @@ HEADS = ("electra_tf/finetuning/task_heads.py", "electra_tf/**/*.py")
 DECODE = ("electra_tf/finetuning/builtin/qa_decoding.py", "electra_tf/**/*.py")
 
 ENC = ("tests/modeling/test_encoder.py", "tests/reading/test_hf_import.py", "-k", "golden")
+# the official goldens alone (not the Hugging Face pair): their kernels reach the GELU gap
+OFFICIAL = ("tests/modeling/test_encoder.py", "tests/pretraining/test_objectives.py", "-k",
+            "golden")
 PRE = ("tests/pretraining/test_objectives.py", "-k", "golden")
 MSK = ("tests/pretraining/test_masking.py", "-k", "golden or statistics")
 OPTIM = ("tests/test_optimization.py", "-k", "golden or official")
@@ -44,7 +47,7 @@ QA = ("tests/finetuning/builtin/test_qa.py", "-k", "decod")
 MUTANTS: tuple[Mutant, ...] = (
     Mutant("gelu_tanh", "GELU in its tanh approximation (keras-hub, BERT-TF2) instead of erf",
            LAYERS, "(1.0 + tf.math.erf(x / tf.cast(math.sqrt(2.0), x.dtype)))",
-           "(1.0 + tf.tanh(math.sqrt(2.0 / math.pi) * (x + 0.044715 * x * x * x)))", ENC),
+           "(1.0 + tf.tanh(math.sqrt(2.0 / math.pi) * (x + 0.044715 * x * x * x)))", OFFICIAL),
     Mutant("layernorm_eps", "LayerNorm epsilon 1e-5 (PyTorch's default) instead of 1e-12",
            LAYERS, "epsilon: float = 1e-12", "epsilon: float = 1e-5", ENC),
     Mutant("attention_scale", "attention scores divided by d instead of sqrt(d)",

@@ -34,10 +34,14 @@ def find_target(mutant: Mutant, root: Path = ROOT) -> Path | None:
 
 
 def copy_tree(dest: Path, root: Path = ROOT) -> None:
-  """Copies the tracked files of ``root`` (those present) into ``dest``."""
+  """Copies the tracked files of ``root`` (those present) into ``dest``; a tracked symlink
+  (``configs`` -> ``electra_tf/configs``) stays a symlink."""
   for name in tracked_files(root):
     source = root / name
-    if source.is_file():
+    if source.is_symlink():
+      (dest / name).parent.mkdir(parents=True, exist_ok=True)
+      os.symlink(os.readlink(source), dest / name)
+    elif source.is_file():
       (dest / name).parent.mkdir(parents=True, exist_ok=True)
       shutil.copy2(source, dest / name)
 

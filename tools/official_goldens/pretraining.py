@@ -5,8 +5,10 @@ Which official functions made which file (everything runs the unedited checkout)
 - ``model.ckpt.*``, ``checkpoint``, ``variables.tsv``: the variables created by
   ``run_pretraining.PretrainingModel(config, features, is_training=False)`` (official
   initializers under ``tf.set_random_seed(20200323)``), then biases / betas overwritten with
-  N(0, 0.05^2), output biases with N(0, 2^2) and gammas with 1 + N(0, 0.1^2)
-  (``RandomState(7)``, sorted names), saved by
+  N(0, 0.05^2), output biases with N(0, 2^2), gammas with 1 + N(0, 0.1^2), and
+  N(0, KERNEL_NOISE^2) added to every kernel and embedding table (``RandomState(7)``, sorted
+  names): pre-activations then reach the range where the erf and tanh GELUs, LayerNorm
+  epsilons and softmax scales differ (docs/fidelity.md); saved by
   ``tf.compat.v1.train.Saver(save_relative_paths=True)``.
 - ``variables_train_graph.tsv``: ``PretrainingModel(..., is_training=True)`` followed by
   ``optimization.create_optimizer`` with the config's settings (as ``model_fn_builder`` does).
@@ -32,11 +34,10 @@ import tempfile
 
 import numpy as np
 
-from tools.official_goldens import files, official
+from tools.official_goldens import files, official, pretraining_fetches, pretraining_inputs
+from tools.official_goldens.pretraining_inputs import InjectedRandom
 
 SEED = 20200323
-ROOT = pathlib.Path(__file__).resolve().parents[2]
-TEXT = ROOT / "tests" / "data" / "gutenberg"
 
 BASE_HPARAMS = {
     "model_size": "small",
@@ -58,95 +59,6 @@ FOLDERS = {
 # Fields of PretrainingConfig that are paths or names of this run (not stored).
 _PATH_FIELDS = ("model_name", "pretrain_tfrecords", "vocab_file", "model_dir", "results_txt",
                 "results_pkl")
-ACCENTED = "Étienne found the café — its façade naïve — closed."
-ROW1_LEN = 62  # row 1 (two segments) is cut to this many tokens (two padding positions left)
-
-
-def _texts() -> list[tuple[str, str | None]]:
-  """Three rows: Emma's first sentence; Sense and Sensibility's first two; an accented one."""
-  emma = (TEXT / "austen-emma.txt").read_text(encoding="utf-8")
-  sense = (TEXT / "austen-sense.txt").read_text(encoding="utf-8")
-  paras = [" ".join(p.split()) for p in emma.split("\n\n") if p.strip()]
-  emma_par = next(p for p in paras if p.startswith("Emma Woodhouse"))
-  emma_first = emma_par.split("; and had lived")[0] + "."  # the first clause, as a sentence
-  paras = [" ".join(p.split()) for p in sense.split("\n\n") if p.strip()]
-  sense_par = next(p for p in paras if p.startswith("The family of Dashwood"))
-  a, rest = sense_par.split(". ", 1)
-  b = rest.split("acquaintance.")[0] + "acquaintance."
-  return [(emma_first, None), (a + ".", b), (ACCENTED, None)]
-
-
-def _encode(tokenizer, texts, max_len: int):
-  """``[CLS] A [SEP]`` / ``[CLS] A [SEP] B [SEP]``, segment 1 after the first [SEP], padded."""
-  rows, tokens = [], []
-  for i, (a, b) in enumerate(texts):
-    toks = ["[CLS]"] + tokenizer.tokenize(a) + ["[SEP]"]
-    seg = [0] * len(toks)
-    if b is not None:
-      tb = tokenizer.tokenize(b)[:ROW1_LEN - len(toks) - 1] + ["[SEP]"]
-      toks += tb
-      seg += [1] * len(tb)
-    assert len(toks) <= max_len, (i, len(toks))
-    tokens.append(toks)
-    rows.append((tokenizer.convert_tokens_to_ids(toks), seg))
-  ids = np.zeros((len(rows), max_len), np.int32)
-  mask = np.zeros_like(ids)
-  segs = np.zeros_like(ids)
-  for i, (row, seg) in enumerate(rows):
-    ids[i, :len(row)] = row
-    mask[i, :len(row)] = 1
-    segs[i, :len(row)] = seg
-  return ids, mask, segs, tokens
-
-
-def _draws(ids: np.ndarray, mask: np.ndarray, n: int, vocab):
-  """Injected masking draws: distinct positions in row 0, a duplicate and a kept token in row
-  1 (slot 1 repeats slot 0, slot 2 draws 0.9), a kept token in row 2 (slot 0 draws 0.95)."""
-  rs = np.random.RandomState(2020)
-  special = {vocab["[CLS]"], vocab["[SEP]"], vocab["[MASK]"]}
-  positions = np.zeros((ids.shape[0], n), np.int32)
-  for r in range(ids.shape[0]):
-    allowed = [p for p in range(ids.shape[1]) if mask[r, p] and int(ids[r, p]) not in special]
-    positions[r] = rs.choice(allowed, size=n, replace=False)
-  positions[1, 1] = positions[1, 0]
-  uniform = rs.uniform(0.0, 0.8, size=(ids.shape[0], n)).astype(np.float32)
-  uniform[1, 2] = 0.9
-  uniform[2, 0] = 0.95
-  return positions, uniform
-
-
-class _Random:
-  """``tf.random`` for the official pretrain_helpers: fixed draws, looked up by shape."""
-
-  def __init__(self, tf1, categorical: np.ndarray, uniforms: dict):
-    self._tf = tf1
-    self._categorical = categorical
-    self._uniforms = uniforms
-    self.sample_logits = []
-
-  def categorical(self, logits, num_samples, dtype=None):
-    self.sample_logits.append(logits)
-    assert tuple(self._categorical.shape) == (logits.shape[0], num_samples)
-    return self._tf.constant(self._categorical, dtype=dtype or self._tf.int64)
-
-  def uniform(self, shape, minval=0, maxval=1, **_):
-    value = self._uniforms[tuple(int(s) for s in shape)]
-    assert minval == 0 and maxval == 1
-    return self._tf.constant(value, dtype=self._tf.float32)
-
-  def __getattr__(self, name):
-    return getattr(self._tf.random, name)
-
-
-class _TF:
-  """The official module's ``tf`` with ``random`` replaced by :class:`_Random`."""
-
-  def __init__(self, tf1, random: _Random):
-    self._tf = tf1
-    self.random = random
-
-  def __getattr__(self, name):
-    return getattr(self._tf, name)
 
 
 def _config(hparams: dict, vocab_file: str, data_dir: str):
@@ -156,7 +68,7 @@ def _config(hparams: dict, vocab_file: str, data_dir: str):
   return config
 
 
-def _build(config, features, is_training: bool, random: _Random, rec: dict):
+def _build(config, features, is_training: bool, random: InjectedRandom, rec: dict):
   """The official PretrainingModel with recorders around the functions it calls."""
   rp = official.module("run_pretraining")
   ph = official.module("pretrain.pretrain_helpers")
@@ -198,7 +110,7 @@ def _build(config, features, is_training: bool, random: _Random, rec: dict):
     rec["cloze_model_output"] = args[1].get_sequence_output()
     return out
 
-  ph.tf = _TF(tf1, random)
+  ph.tf = pretraining_inputs.InjectedTF(tf1, random)
   rp.build_transformer = build_transformer
   modeling.embedding_postprocessor = embedding_postprocessor
   ph.mask = mask
@@ -236,10 +148,12 @@ def _build_clean(config, model, rec: dict) -> None:
 
 
 OUTPUT_BIAS_STD = 2.0
+KERNEL_NOISE = 0.03  # kernels and embeddings: see docs/fidelity.md ("Goldens that exercise")
 
 
 def _overwrite(sess, variables, rs: np.random.RandomState) -> list[str]:
-  """Constant-initialised variables get random values (sorted names): see module docstring."""
+  """Constant-initialised variables get random values, kernels and embeddings added noise
+  (sorted names): see the module docstring."""
   done = []
   for var in sorted(variables, key=lambda v: v.op.name):
     name = var.op.name
@@ -250,6 +164,8 @@ def _overwrite(sess, variables, rs: np.random.RandomState) -> list[str]:
       value = rs.normal(0.0, 0.05, shape)
     elif name.endswith("/gamma"):
       value = 1.0 + rs.normal(0.0, 0.1, shape)
+    elif name.endswith(("/kernel", "_embeddings")):
+      value = sess.run(var) + rs.normal(0.0, KERNEL_NOISE, shape)
     else:
       continue
     var.load(value.astype(np.float32), sess)
@@ -276,11 +192,11 @@ def _write_folder(hparams: dict, out: pathlib.Path, vocab_file: str) -> None:
   with tempfile.TemporaryDirectory() as tmp:
     config = _config(hparams, vocab_file, tmp)
   tokenizer = tokenization.FullTokenizer(vocab_file, do_lower_case=True)
-  texts = _texts()
-  ids, mask, segs, tokens = _encode(tokenizer, texts, config.max_seq_length)
+  texts = pretraining_inputs.texts()
+  ids, mask, segs, tokens = pretraining_inputs.encode(tokenizer, texts, config.max_seq_length)
   n = config.max_predictions_per_seq
   vocab_size = config.vocab_size
-  positions, mask_uniform = _draws(ids, mask, n, ph.get_vocab(config))
+  positions, mask_uniform = pretraining_inputs.draws(ids, mask, n, ph.get_vocab(config))
   gumbel = np.random.RandomState(1234).random_sample((3, n, vocab_size)).astype(np.float32)
   srs = np.random.RandomState(5)
   sampler_logits = (2.0 * srs.standard_normal((2, 3, 11))).astype(np.float32)
@@ -298,14 +214,14 @@ def _write_folder(hparams: dict, out: pathlib.Path, vocab_file: str) -> None:
     tf1.set_random_seed(SEED)
     features = {"input_ids": tf1.constant(ids), "input_mask": tf1.constant(mask),
                 "segment_ids": tf1.constant(segs)}
-    random = _Random(tf1, positions, uniforms)
+    random = InjectedRandom(tf1, positions, uniforms)
     rec: dict = {"sampler_logits": tf1.constant(sampler_logits),
                  "sampler_disallow": tf1.constant(sampler_disallow)}
     model = _build(config, features, False, random, rec)
     global_step = tf1.train.get_or_create_global_step()
     model_vars = tf1.global_variables()
     saver = tf1.train.Saver(save_relative_paths=True)
-    fetch = _fetches(config, model, rec, random, tf1)
+    fetch = pretraining_fetches.fetches(config, model, rec, random, tf1)
     with tf1.Session(graph=graph) as sess:
       sess.run(tf1.global_variables_initializer())
       perturbed = _overwrite(sess, [v for v in model_vars if v is not global_step],
@@ -321,7 +237,7 @@ def _write_folder(hparams: dict, out: pathlib.Path, vocab_file: str) -> None:
     tf1.set_random_seed(SEED)
     features = {"input_ids": tf1.constant(ids), "input_mask": tf1.constant(mask),
                 "segment_ids": tf1.constant(segs)}
-    model_t = _build(config, features, True, _Random(tf1, positions, uniforms), {})
+    model_t = _build(config, features, True, InjectedRandom(tf1, positions, uniforms), {})
     optimization.create_optimizer(
         model_t.total_loss, config.learning_rate, config.num_train_steps,
         weight_decay_rate=config.weight_decay_rate, use_tpu=config.use_tpu,
@@ -329,8 +245,8 @@ def _write_folder(hparams: dict, out: pathlib.Path, vocab_file: str) -> None:
     train_rows = [(v.op.name, v.shape.as_list(), v.dtype.base_dtype.name)
                   for v in tf1.global_variables()]
 
-  arrays = _arrays(config, values, ids, mask, segs, positions, mask_uniform, gumbel,
-                   sampler_logits, sampler_uniform, sampler_disallow)
+  arrays = pretraining_fetches.arrays(config, values, ids, mask, segs, positions, mask_uniform,
+                                      gumbel, sampler_logits, sampler_uniform, sampler_disallow)
   files.save_npz(out / "golden.npz", arrays)
   files.save_text(out / "variables.tsv", _tsv(ckpt_rows))
   files.save_text(out / "variables_train_graph.tsv", _tsv(train_rows))
@@ -344,135 +260,6 @@ def _write_folder(hparams: dict, out: pathlib.Path, vocab_file: str) -> None:
       "texts": [[a, b] for a, b in texts],
       "tokens": tokens,
   })
-
-
-def _fetches(config, model, rec: dict, random: _Random, tf1) -> dict:
-  """Tensors of the official graph to store (see the folder README for each key)."""
-  electric = config.electric_objective
-  masked = rec["masked"][0]
-  fake = rec["fake"][0]
-  disc_out, clean_out = rec["disc"]
-  models = rec["models"]
-  mlm = model.mlm_output
-  f = {
-      "candidates_sample_logits": random.sample_logits[0],
-      "masked_input_ids": masked.input_ids,
-      "masked_lm_positions": masked.masked_lm_positions,
-      "masked_lm_ids": masked.masked_lm_ids,
-      "masked_lm_weights": masked.masked_lm_weights,
-      "gen_mlm_logits": mlm.logits,
-      "gen_mlm_preds": mlm.preds,
-      "gen_mlm_per_example_loss": mlm.per_example_loss,
-      "gen_mlm_loss": mlm.loss,
-      "sampled_tokids": tf1.argmax(fake.sampled_tokens, -1, output_type=tf1.int32),
-      "fake_input_ids": fake.inputs.input_ids,
-      "disc_labels": fake.is_fake_tokens,
-      "disc_probs": disc_out.probs,
-      "disc_preds": disc_out.preds,
-      "disc_per_example_loss": disc_out.per_example_loss,
-      "disc_loss": disc_out.loss,
-      "total_loss": model.total_loss,
-      "sampler_out": rec["sampler_out"],
-      "sampler_out_disallow": rec["sampler_out_disallow"],
-      "log_mask_ratio": tf1.log(config.mask_prob / (1 - config.mask_prob)),
-  }
-  graph = tf1.get_default_graph()
-  if electric:
-    ltr, rtl, disc, clean = models
-    cloze = rec["cloze"][0]
-    f.update({
-        "ltr_input_ids": rec["unmasked"].input_ids,
-        "rtl_input_ids": rec["unmasked"].input_ids,
-        "ltr_token_embeddings": ltr.token_embeddings,
-        "ltr_embedding_postprocessed": rec["postprocessed"][0],
-        "ltr_embedding_output": ltr.get_embedding_output(),
-        "ltr_all_layer_outputs": tf1.stack(ltr.get_all_encoder_layers()),
-        "rtl_embedding_output": rtl.get_embedding_output(),
-        "rtl_all_layer_outputs": tf1.stack(rtl.get_all_encoder_layers()),
-        "gen_sequence_output": rec["cloze_model_output"],  # the two-tower generator's output
-        "cloze_logits": cloze.logits,
-        "cloze_weights": cloze.weights,
-        "cloze_per_example_loss": cloze.per_example_loss,
-        "cloze_preds": cloze.preds,
-        "cloze_loss": cloze.loss,
-        "disc_logits_raw": graph.get_tensor_by_name("discriminator_predictions/Squeeze:0"),
-        "disc_log_q": graph.get_tensor_by_name("discriminator_predictions/StopGradient:0"),
-        "clean_disc_logits_raw":
-            graph.get_tensor_by_name("discriminator_predictions_1/Squeeze:0"),
-        "clean_disc_log_q":
-            graph.get_tensor_by_name("discriminator_predictions_1/StopGradient:0"),
-    })
-    disc_post, clean_post = rec["postprocessed"][2], rec["postprocessed"][3]
-  else:
-    gen, disc, clean = models
-    f.update({
-        "gen_token_embeddings": gen.token_embeddings,
-        "gen_embedding_postprocessed": rec["postprocessed"][0],
-        "gen_embedding_output": gen.get_embedding_output(),
-        "gen_all_layer_outputs": tf1.stack(gen.get_all_encoder_layers()),
-    })
-    disc_post, clean_post = rec["postprocessed"][1], rec["postprocessed"][2]
-  del clean_post
-  f.update({
-      "disc_token_embeddings": disc.token_embeddings,
-      "disc_embedding_postprocessed": disc_post,
-      "disc_embedding_output": disc.get_embedding_output(),
-      "disc_all_layer_outputs": tf1.stack(disc.get_all_encoder_layers()),
-      "disc_logits": disc_out.probs.op.inputs[0],
-      "clean_disc_sequence_output": clean.get_sequence_output(),
-      "clean_disc_logits": clean_out.probs.op.inputs[0],
-  })
-  return f
-
-
-def _arrays(config, v: dict, ids, mask, segs, positions, mask_uniform, gumbel,
-            sampler_logits, sampler_uniform, sampler_disallow) -> dict:
-  """golden.npz: the fetched values plus summaries of the full-vocabulary logits."""
-  electric = config.electric_objective
-  weights = v["masked_lm_weights"]
-  num = weights.sum(-1).astype(np.int32)
-  a = {
-      "input_ids": ids, "input_mask": mask, "segment_ids": segs,
-      "inject_categorical_positions": positions.astype(np.int32),
-      "inject_mask_uniform": mask_uniform,
-      "num_to_predict": num,
-      "disc_input_ids": v["fake_input_ids"],
-      "gumbel_uniform_checksum": np.float64(gumbel.astype(np.float64).sum()),
-      "gumbel_uniform_head": gumbel[0, 0, :16],
-      "sampler_logits": sampler_logits, "sampler_uniform": sampler_uniform,
-      "sampler_disallow": sampler_disallow,
-  }
-  logits = v.pop("gen_mlm_logits")
-  real = [(r, s) for r in range(logits.shape[0]) for s in range(2) if weights[r, s] > 0]
-  a["gen_mlm_logits_real_index"] = np.array(real, np.int32)
-  a["gen_mlm_logits_real"] = np.stack([logits[r, s] for r, s in real])
-  a.update(_summaries("gen_mlm_logits", logits))
-  a["gen_mlm_logits_at_masked_lm_ids"] = np.take_along_axis(
-      logits, v["masked_lm_ids"][..., None].astype(np.int64), -1)[..., 0]
-  if not electric:
-    a["gen_input_ids"] = v["masked_input_ids"]
-  if electric:
-    cl = v.pop("cloze_logits")
-    a["cloze_logits_row0_pos0to3"] = cl[0, :4]
-    a.update(_summaries("cloze_logits", cl))
-    a["cloze_logits_at_input_ids"] = np.take_along_axis(
-        cl, ids[..., None].astype(np.int64), -1)[..., 0]
-    a["cloze_logits_at_fake_input_ids"] = np.take_along_axis(
-        cl, v["fake_input_ids"][..., None].astype(np.int64), -1)[..., 0]
-  for k, x in v.items():
-    x = np.asarray(x)
-    if x.dtype == np.int64:
-      x = x.astype(np.int32)
-    a[k] = x
-  return a
-
-
-def _summaries(prefix: str, logits: np.ndarray) -> dict:
-  x = logits.astype(np.float64)
-  m = x.max(-1, keepdims=True)
-  return {f"{prefix}_logsumexp": (m[..., 0] + np.log(np.exp(x - m).sum(-1))),
-          f"{prefix}_max": logits.max(-1),
-          f"{prefix}_sum": x.sum(-1)}
 
 
 def write(official_dir: str, golden_dir: pathlib.Path) -> None:

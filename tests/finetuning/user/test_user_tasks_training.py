@@ -93,8 +93,9 @@ def test_pairs_same_metrics_as_builtin(root, vocab_file, builtin, user):
     assert list(rows[0]) == ["id", "s1", "s2", "prediction"] and len(rows) == 16
     gold = [float(s) for s in _dev_labels(root, user, "similarity")]
     pred = [float(r["prediction"]) for r in rows]
+    # not 1e-5: measured 5.7e-5 (of -15.07 %): the metric and the file come from separate passes
     assert got[0][user]["pearson"] == pytest.approx(100 * np.corrcoef(gold, pred)[0, 1],
-                                                    abs=1e-3)
+                                                    abs=1e-4)
 
 
 @pytest.mark.slow
