@@ -16,8 +16,6 @@ FOLDER_LIMITS = {"electra_tf/training/": 350}
 EXCEPTIONS = {
   "benchmarks/chaos.py": "the fault harness's driver; its split by job is pending",
   "benchmarks/chaos_runs.py": "the fault harness's runs; its split by job is pending",
-  "tools/official_goldens/pretraining.py": "runs the unedited official code to write the "
-                                           "pre-training goldens; its split is pending",
 }
 
 

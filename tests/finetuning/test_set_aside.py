@@ -116,7 +116,7 @@ def test_a_real_sigkill_inside_the_set_aside(tmp_path):
   paths = _earlier_run(tmp_path)
   script = (
       "import os, sys\n"
-      "sys.path.insert(0, 'tests')\n"
+      "sys.path[:0] = ['tests', 'tests/finetuning']\n"
       "import test_set_aside as t\n"
       "real, n = os.rename, [0]\n"
       "def rename(a, b):\n"
