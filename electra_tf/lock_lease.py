@@ -207,7 +207,8 @@ def lost_line(path: str, holder: str) -> str:
 
 def check_write(target: str) -> None:
   """Raises LostLockError (one line) when `target` lies in a folder whose lock this process
-  held and another run took; one small read of the lock per held folder it lies in."""
+  held and another run took (or took and released: the lock is gone while its folder is
+  there); one small read of the lock per held folder it lies in."""
   local = "://" not in target
   target = os.path.abspath(target) if local else target.rstrip("/")
   for path in list(held) + list(lost):
@@ -218,8 +219,12 @@ def check_write(target: str) -> None:
     if path in lost:
       raise LostLockError(lost_line(path, lost[path]))
     holder, raw = read(path)
-    if not mine(holder) and raw is not None:
-      with mutex:
-        held.pop(path, None)
-        lost[path] = describe(holder)
-      raise LostLockError(lost_line(path, describe(holder)))
+    if mine(holder):
+      continue
+    if raw is None and (not local or not os.path.isdir(folder)):
+      continue  # its folder was removed or moved (renew drops it): nothing left to hold
+    who = describe(holder) if raw is not None else "a run that removed the lock"
+    with mutex:
+      held.pop(path, None)
+      lost[path] = who
+    raise LostLockError(lost_line(path, who))
