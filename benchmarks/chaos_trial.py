@@ -171,9 +171,11 @@ def check_run(out: Outcome, r: runs.Run, folder: pathlib.Path, dirs: list[pathli
               before: list[int], ref_saves: list[list[int]], restart: bool = False,
               peer_faulted: bool = False) -> None:
   """The checks of one run (before a power cut damages what it wrote): no traceback, no saved
-  work lost (a --restart run keeps it in <folder>.before-restart-<n>); after a restore, no
-  unusable checkpoint newer than the one it chose left in place and every checkpoint the
-  reference run saved after that step saved again (up to the last one this run saved)."""
+  work lost (a --restart run keeps it in <folder>.before-restart-<n>, a set-aside of earlier
+  settings in <dir>.rejected-<n>, whose files old_settings_kept checks byte for byte); after a
+  restore, no unusable checkpoint newer than the one it chose left in place and every
+  checkpoint the reference run saved after that step saved again (up to the last one this run
+  saved)."""
   for who, run in (("", r), (" (second run)", r.second), (" (worker 1)", r.peer)):
     where = run and runs.traceback_of(run.output)
     if where:
@@ -186,7 +188,10 @@ def check_run(out: Outcome, r: runs.Run, folder: pathlib.Path, dirs: list[pathli
                 default=0) for d in dirs]
     out.problems["lost"] += [f"run {out.runs} (--restart) kept no usable ckpt-{b} of {d.name} "
                              "aside" for d, b, a in zip(dirs, before, kept, strict=True) if a < b]
-  else:
+  else:  # a model folder of earlier settings set aside whole (<dir>.rejected-<n>) is kept
+    aside = [max((checks.usable_step(a) for a in d.parent.glob(f"{d.name}.rejected-*")),
+                 default=0) for d in dirs]
+    before = [0 if a and a >= b else b for b, a in zip(before, aside, strict=True)]
     out.problems["lost"] += checks.lost_work(r.events, dirs, before, after, out.runs)
   saved = collections.defaultdict(set)
   for e in r.events:
