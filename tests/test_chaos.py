@@ -23,8 +23,8 @@ import chaos_plan as plan  # noqa: E402
 import chaos_runs as runs  # noqa: E402
 import chaos_trial as trial  # noqa: E402
 
-SEED = 22  # its 2 trials, plain: pre-training with a second run, a power cut in an atomic
-# write (hparams.json emptied) and two SIGINTs; fine-tuning with a SIGINT before a results write
+SEED = 22  # its 2 trials, plain: pre-training led by a persistent read error, fine-tuning by
+# an unsynced cut, each with 1-3 faults more
 STATS = {"seconds": 30.0, "restore_t": 10.0,
          "calls": {"ckpt_save": [0.1] * 20, "input_state_save": [0.01] * 20,
                    "restore": [0.001], "results_write": [0.002] * 2}}
