@@ -215,6 +215,10 @@ def test_a_holder_whose_lock_was_taken_and_released_meanwhile_writes_nothing(tmp
                      r"to another run \(a run that removed the lock\); stopping without writing$"):
     atomic_io.write_text(str(tmp_path / "a.txt"), "2")
   assert (tmp_path / "a.txt").read_text() == "1"
+  beside = tmp_path.parent / f"{tmp_path.name}-results.txt"  # fine-tuning's results, beside
+  with pytest.raises(folder_lock.LostLockError):  # the trials' folder: nothing written either
+    atomic_io.write_text(str(beside), "2")
+  assert not beside.exists()
   with pytest.raises(folder_lock.LostLockError):  # a staged folder (the input state) neither
     with atomic_io.staged_dir(str(tmp_path / "input_state" / "ckpt-2")) as stage:
       pathlib.Path(stage, "state").write_text("x")
