@@ -54,7 +54,8 @@ each model from its newest usable checkpoint and never deletes one; --restart ke
 no good checkpoint ever moved aside (``*.rejected*`` that reads back whole and finite); every
 kill followed by at most one line of at most 300 characters (not counting the progress and
 ``Saved`` lines of the step a first SIGINT / SIGTERM lets finish) and the signal's exit
-status; an error fault either retried (the run completes) or ending the run with one line and
+status (the trial's folder counted as <folder> in a line's length); an error fault either
+retried (the run completes) or ending the run with one line and
 status 1 (a persistent read error: always, its line naming the checkpoint); a second run
 refused in one line naming the first's process id (after a line saying it watches the lease,
 from another PID namespace), saving nothing; a paused holder continued after the run that

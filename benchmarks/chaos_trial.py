@@ -127,8 +127,11 @@ def run_trial(k: int, seed: int, kills: list[dict], data: pathlib.Path, ref: dic
 def judge(out: Outcome, kill: dict, r: runs.Run, folder: pathlib.Path, events: pathlib.Path,
           ref: dict, cut: random.Random, since: float, existed: set[str]) -> bool:
   """Records what run ``r`` did with its fault; whether the fault was met (the series goes on
-  with the next run), else the run is judged as one without a fault."""
+  with the next run), else the run is judged as one without a fault. The lines are judged with
+  the trial's folder written ``<folder>``, as the reference run's, so that their length does
+  not depend on where the harness runs."""
   fault, n = kill["fault"], out.runs
+  r = _in_folder_terms(r, folder)
   if fault == "no hard links":
     refused = any(e["ev"] == "reached" for e in r.events + (r.second.events if r.second else []))
     out.faults[-1] = (fault, refused)
@@ -150,7 +153,7 @@ def judge(out: Outcome, kill: dict, r: runs.Run, folder: pathlib.Path, events: p
     return False
   note = describe(kill)
   if kill.get("signal"):
-    printed = {line.replace(FOLDER, str(folder)) for line in ref["lines"]}
+    printed = set(ref["lines"])
     who = r.peer if kill.get("worker") else r
     out.problems["kill"] += [f"run {n}: {p}" for p in
                              faults.kill_problems(fault, kill["signal"], who, printed)]
@@ -165,6 +168,13 @@ def judge(out: Outcome, kill: dict, r: runs.Run, folder: pathlib.Path, events: p
     note += f" ({power.drop_unsynced(events, folder)})"
   out.kills.append(note)
   return True
+
+
+def _in_folder_terms(r: runs.Run, folder: pathlib.Path) -> runs.Run:
+  """A copy of ``r`` (and of the runs beside it) whose output writes the folder ``<folder>``."""
+  return dataclasses.replace(r, output=r.output.replace(str(folder), FOLDER), **{
+      name: _in_folder_terms(other, folder) for name in ("second", "peer")
+      if (other := getattr(r, name)) is not None})
 
 
 def check_run(out: Outcome, r: runs.Run, folder: pathlib.Path, dirs: list[pathlib.Path],
