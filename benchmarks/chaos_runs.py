@@ -1,23 +1,37 @@
-"""The runs benchmarks/chaos.py kills: their data, their commands, one process run with a kill
-plan, and what its output says about the kill (see benchmarks/chaos.py)."""
+"""The runs benchmarks/chaos.py faults: one process (or a two-worker cluster) run with a fault
+plan, the run started beside it (a second run by the same path, a bind mount or another PID
+namespace; the run that takes a paused holder's lock), its output, events and timings (the
+data and commands: chaos_data.py; what the output says about the fault: chaos_faults.py)."""
 
 from __future__ import annotations
 
-import csv
+import contextlib
 import dataclasses
 import importlib.util
 import json
 import os
 import pathlib
 import re
-import shutil
 import signal
 import socket
-import string
 import subprocess
-import sys
 import threading
 import time
+
+from chaos_data import (  # noqa: F401
+  KINDS,
+  LOST_WORKER_SECS,
+  MODEL,
+  TASK,
+  VARIANTS,
+  build_data,
+  command,
+  copy_data,
+  hparams_of,
+  model_dirs,
+  tasks_of,
+  workers_of,
+)
 
 REPO = pathlib.Path(__file__).resolve().parents[1]
 INJECT = pathlib.Path(__file__).resolve().parent / "chaos_inject"
@@ -34,27 +48,11 @@ def _injector():
 
 _INJECTOR = _injector()
 ENV, HOOKS, MARKER, SECOND = _INJECTOR.ENV, _INJECTOR.HOOKS, _INJECTOR.MARKER, _INJECTOR.SECOND
-SECOND_DONE = _INJECTOR.SECOND_DONE
+SECOND_DONE, PAUSE = _INJECTOR.SECOND_DONE, _INJECTOR.PAUSE
 MISSING_HOOK = _INJECTOR.MISSING_HOOK
+LEASE_ENV = "ELECTRA_LOCK_LEASE_SECONDS"
+PAUSE_LEASE = 10  # s: the lease of a paused holder's runs (a beat every 1.7 s)
 
-MODEL = "chaos"
-TASK = "movie_reviews"
-# A character vocabulary keeps the embeddings, the generator's softmax and the saves small.
-CHARS = string.ascii_lowercase + string.digits + string.punctuation
-CHAR_VOCAB = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]", *CHARS, *("##" + c for c in CHARS)]
-TINY = {"model_hparam_overrides": {"hidden_size": 32, "num_hidden_layers": 1,
-                                   "num_attention_heads": 2, "intermediate_size": 64},
-        "embedding_size": 16, "max_seq_length": 32, "train_batch_size": 8,
-        "vocab_size": len(CHAR_VOCAB)}
-PRETRAIN = {**TINY, "num_train_steps": 200, "iterations_per_loop": 10,
-            "save_checkpoints_steps": 10, "keep_checkpoint_max": 3, "num_warmup_steps": 10,
-            "seed": 7}
-FINETUNE = {**TINY, "eval_batch_size": 16, "init_checkpoint": None, "task_names": [TASK],
-            "num_trials": 2, "keep_all_models": True, "num_train_epochs": 4.0,
-            "iterations_per_loop": 4, "save_checkpoints_steps": 4, "write_test_outputs": True,
-            "seed": 5}
-KINDS = ("pretrain", "finetune")
-LOST_WORKER_SECS = 20  # two workers: one silent this long is lost (the other stops)
 STOP_SECONDS = 60  # from a SIGINT / SIGTERM to the end of the process, at least
 RUN_SECONDS = 900  # a whole run, on a loaded machine
 SHORT = 300  # characters: the one line a kill may print
@@ -64,128 +62,6 @@ HEADING_RULE = re.compile(r"^=+$")
 REJECTED_LINE = re.compile(r"^Warning: checkpoint \S+ .*; moved it to \S+")  # set aside
 STOP_LINE = re.compile(r"^run_\w+\.py:|error|warning", re.I)  # how a worker ends, or complains
 TRACEBACK = re.compile(r"Traceback \(most recent call last\)|^Exception ignored", re.M)
-
-
-def build_data(root: pathlib.Path, shared: pathlib.Path | None = None) -> None:
-  """``root/pretrain``: the character vocab.txt + 2 TFRecord shards of length 32 from the
-  reference corpus (3 novels' first chapters); ``root/finetune``: vocab.txt + a user task
-  (task.json, CSV) of real SST-2 rows: 64 train, 32 dev, 16 test (further dev rows). Read from
-  ``shared`` laid out as ../shared, else from the repository (tests/golden/, tests/data/)."""
-  sys.path.insert(0, str(REPO))
-  from data_prep import build_pretraining_dataset as bpd
-
-  if shared is None:
-    shared = root.parent / "inputs"
-    shared.mkdir(parents=True, exist_ok=True)
-    for name, target in (("reference", REPO / "tests" / "golden"),
-                         ("data", REPO / "tests" / "data")):
-      if not (shared / name).exists():
-        (shared / name).symlink_to(target)
-
-  vocab = "".join(t + "\n" for t in CHAR_VOCAB)
-  pre = root / "pretrain"
-  pre.mkdir(parents=True)
-  (pre / "vocab.txt").write_text(vocab, encoding="utf-8")
-  bpd.build(bpd.BuildArgs(corpus_dir=str(shared / "reference" / "pretrain_data" / "corpus"),
-                          vocab_file=str(pre / "vocab.txt"),
-                          output_dir=str(pre / "pretrain_tfrecords"), max_seq_length=32,
-                          num_out_files=2, seed=1))
-  task = root / "finetune" / "finetuning_data" / TASK
-  task.mkdir(parents=True)
-  (root / "finetune" / "vocab.txt").write_text(vocab, encoding="utf-8")
-  (task / "task.json").write_text(json.dumps(
-      {"type": "classification", "text_a": "review", "text_b": None, "label": "sentiment",
-       "id": "review_id"}), encoding="utf-8")
-  glue = shared / "data" / "glue" / "SST-2"
-  train = _tsv(glue / "train.tsv")[1:65]
-  dev = _tsv(glue / "dev.tsv")
-  for name, header, rows in (
-      ("train", ["sentiment", "review"], [[label, text] for text, label in train]),
-      ("dev", ["sentiment", "review"], [[label, text] for text, label in dev[1:33]]),
-      ("test", ["review_id", "review", "sentiment"],
-       [[f"r{i}", text, label] for i, (text, label) in enumerate(dev[33:49])])):
-    with open(task / f"{name}.csv", "w", encoding="utf-8", newline="") as f:
-      csv.writer(f).writerows([header, *rows])
-  sst = root / "finetune" / "finetuning_data" / "sst"  # a GLUE task: other SST-2 rows
-  sst.mkdir()
-  for name, rows, span in (("train", _tsv(glue / "train.tsv"), slice(65, 97)),
-                           ("dev", dev, slice(49, 61)), ("test", _tsv(glue / "test.tsv"),
-                                                         slice(1, 9))):
-    (sst / f"{name}.tsv").write_text(
-        "".join("\t".join(r) + "\n" for r in [rows[0], *rows[span]]), encoding="utf-8")
-
-
-def _tsv(path: pathlib.Path) -> list[list[str]]:
-  with open(path, encoding="utf-8-sig") as f:
-    return [line.split("\t") for line in f.read().splitlines()]
-
-
-def copy_data(data: pathlib.Path, kind: str, dest: pathlib.Path) -> pathlib.Path:
-  """A fresh data_dir of ``kind`` for one run series (no models/ yet)."""
-  shutil.copytree(data / kind, dest)
-  return dest
-
-
-# Settings a trial is drawn with: "hparams" (every run and the reference run), "first" (hparams
-# of the series' first run only: flags changed before the reruns), "restart" (the second run
-# gets --restart), "args" (command-line flags), "workers" (processes of one multi-worker run
-# over loopback; the faults hit worker 0, the chief).
-VARIANTS = {
-  "pretrain": {"plain": {}, "accumulation": {"hparams": {"gradient_accumulation_steps": 2}},
-               "mixed precision": {"args": ["--mixed_precision", "float16"]},
-               "restart": {"restart": True},
-               "two workers": {"workers": 2, "args": [
-                   "--distribution_strategy=multi_worker_mirrored",
-                   f"--lost_worker_secs={LOST_WORKER_SECS}"]}},
-  "finetune": {"plain": {}, "keep_all_models false": {"hparams": {"keep_all_models": False}},
-               "keep_all_models false->true": {"first": {"keep_all_models": False}},
-               "num_trials 3->2": {"first": {"num_trials": 3}},
-               "n_writes_test 2->1": {"hparams": {"n_writes_test": 1},
-                                      "first": {"n_writes_test": 2}},
-               "with GLUE sst": {"hparams": {"task_names": [TASK, "sst"]}}},
-}
-
-
-def hparams_of(kind: str, variant: str, first: bool = False) -> dict:
-  """The hparams of a run of (kind, variant): the series' first run, or any other (and the
-  reference run)."""
-  v = VARIANTS[kind][variant]
-  base = PRETRAIN if kind == "pretrain" else FINETUNE
-  return {**base, **v.get("hparams", {}), **(v.get("first", {}) if first else {})}
-
-
-def command(kind: str, data_dir: pathlib.Path, variant: str = "plain", n: int = 0) -> list[str]:
-  """The command of run n (1: the first of a series; 0: the reference run) of (kind, variant)."""
-  v = VARIANTS[kind][variant]
-  hparams = hparams_of(kind, variant, first=n == 1)
-  args = [*v.get("args", []), *(["--restart"] if v.get("restart") and n == 2 else [])]
-  if kind == "pretrain":
-    return [sys.executable, str(REPO / "run_pretraining.py"), "--data-dir", str(data_dir),
-            "--model-name", MODEL, "--hparams", json.dumps(hparams), *args]
-  hparams["vocab_file"] = str(data_dir / "vocab.txt")
-  return [sys.executable, str(REPO / "run_finetuning.py"), "--data-dir", str(data_dir),
-          "--model-name", MODEL, "--hparams", json.dumps(hparams), *args]
-
-
-def model_dirs(kind: str, data_dir: pathlib.Path, variant: str = "plain") -> list[pathlib.Path]:
-  """The checkpoint folders a completed run of (kind, variant) keeps (fine-tuning: one per
-  kept trial)."""
-  home = data_dir / "models" / MODEL
-  if kind == "pretrain":
-    return [home]
-  h = hparams_of(kind, variant)
-  trials = range(1, h["num_trials"] + 1) if h["keep_all_models"] else [h["num_trials"]]
-  return [home / "finetuning_models" / f"{tasks_of(variant)}_model_{t}" for t in trials]
-
-
-def workers_of(kind: str, variant: str) -> int:
-  """The processes one run of (kind, variant) is (a multi-worker cluster over loopback)."""
-  return VARIANTS[kind][variant].get("workers", 1)
-
-
-def tasks_of(variant: str) -> str:
-  """The fine-tuning tasks of ``variant`` as the folder and results names join them."""
-  return ",".join(hparams_of("finetune", variant)["task_names"])
 
 
 @dataclasses.dataclass
@@ -201,8 +77,11 @@ class Run:
   problem: str | None = None  # the harness had to end it: a hang
   pid: int = 0
   marked_at: float | None = None  # epoch seconds when the marker was read
-  second: Run | None = None  # the same command started while this one ran (a "second run")
-  peer: Run | None = None  # worker 1 of a two-worker run (no fault of its own)
+  second: Run | None = None  # the same command started while this one ran (a "second run",
+  # or the run that took the lock of this paused one)
+  peer: Run | None = None  # worker 1 of a two-worker run (no fault of its own, or the fault)
+  wrote: list[str] = dataclasses.field(default_factory=list)  # paused: files it changed
+  # after it was continued
 
 
 LIVE: set[subprocess.Popen] = set()  # the runs in progress, ended by end_all
@@ -244,20 +123,22 @@ PEER_SECONDS = LOST_WORKER_SECS + 60  # worker 1's end after worker 0's, at most
 
 
 def run(cmd: list[str], kill: dict | None, events: pathlib.Path,
-        stop_seconds: float = STOP_SECONDS, workers: int = 1) -> Run:
+        stop_seconds: float = STOP_SECONDS, workers: int = 1, env: dict | None = None) -> Run:
   """Runs ``cmd`` with the injector and ``kill`` planned; SIGKILLs it ``stop_seconds`` after a
   marker or RUN_SECONDS after its start, saying so in ``problem``. When the run asks for a
   second run (its SECOND marker), the same command is started beside it, without a fault.
   With ``workers`` 2, worker 1 runs beside it (``peer``), without a fault; it must end by
   itself within PEER_SECONDS of worker 0 once worker 0 reached its restore (else it is
-  SIGKILLed, as a cluster manager would, and its ``problem`` says so)."""
+  SIGKILLed, as a cluster manager would, and its ``problem`` says so). A kill with ``worker``
+  1 is worker 1's instead (``killed``: its marker). ``env``: more environment variables."""
   if STOPPING.is_set():
     raise RuntimeError("the harness is stopping")
   configs = tf_configs(workers) if workers > 1 else [None]
-  peers = [_start(cmd, None, events.with_suffix(f".worker{i}.events"), config)
-           for i, config in enumerate(configs[1:], 1)]
+  target = (kill or {}).get("worker", 0)
+  peers = [_start(cmd, kill if target == i else None, events.with_suffix(f".worker{i}.events"),
+                  config) for i, config in enumerate(configs[1:], 1)]
   try:
-    first = _run(cmd, kill, events, stop_seconds, configs[0])
+    first = _run(cmd, None if target else kill, events, stop_seconds, configs[0], env)
   finally:
     outcome = [_finish(p, time.monotonic() + PEER_SECONDS) for p in peers]
   if outcome:
@@ -265,6 +146,8 @@ def run(cmd: list[str], kill: dict | None, events: pathlib.Path,
     if not formed and outcome[0].problem:  # worker 0 died before the cluster formed: worker
       outcome[0].problem = None  # 1 waiting for it is what a cluster does
     first.peer = outcome[0]
+    if target:
+      first.killed = MARKER in first.peer.output
   return first
 
 
@@ -277,7 +160,8 @@ class _Started:
   start: float
 
 
-def _env(kill: dict | None, events: pathlib.Path, tf_config: str | None) -> dict:
+def _env(kill: dict | None, events: pathlib.Path, tf_config: str | None,
+         more: dict | None = None) -> dict:
   events.unlink(missing_ok=True)
   pathlib.Path(str(events) + SECOND_DONE).unlink(missing_ok=True)
   env = {**os.environ, "PYTHONUNBUFFERED": "1", "TF_CPP_MIN_LOG_LEVEL": "3",  # as a user runs
@@ -285,7 +169,9 @@ def _env(kill: dict | None, events: pathlib.Path, tf_config: str | None) -> dict
          "PYTHONPATH": os.pathsep.join(filter(None, [str(INJECT), os.environ.get("PYTHONPATH")]))}
   if tf_config:
     env["TF_CONFIG"] = tf_config
-  return env
+  if kill and kill["fault"] == "paused holder":
+    env[LEASE_ENV] = str(PAUSE_LEASE)
+  return {**env, **(more or {})}
 
 
 def _start(cmd: list[str], kill: dict | None, events: pathlib.Path,
@@ -321,10 +207,31 @@ def _finish(started: _Started, deadline: float) -> Run:
              problem=problem, pid=proc.pid)
 
 
+def second_of(kill: dict | None, cmd: list[str], events: pathlib.Path
+              ) -> tuple[list[str], dict | None]:
+  """The command (and kill plan) of the run started beside a run with ``kill``: the same
+  command; through a bind mount of its folder in a user and mount namespace of its own; in a
+  PID namespace of its own; or with hard links refused, as the first's."""
+  fault = (kill or {}).get("fault")
+  if fault == "bind mount":
+    mount = events.with_suffix(".mount")
+    mount.mkdir(exist_ok=True)
+    i = cmd.index("--data-dir") + 1
+    return (["unshare", "-Urm", "sh", "-c", 'mount --bind "$1" "$2" && shift 2 && exec "$@"',
+             "sh", cmd[i], str(mount), *cmd[:i], str(mount), *cmd[i + 1:]], None)
+  if fault == "pid namespace":
+    return ["unshare", "-pf", "--mount-proc", "--kill-child", *cmd], None
+  if fault == "no hard links":
+    return cmd, {"fault": fault, "at": "none", "call": 0, "when": "before", "signal": None}
+  return cmd, None
+
+
 def _run(cmd: list[str], kill: dict | None, events: pathlib.Path, stop_seconds: float,
-         tf_config: str | None) -> Run:
-  """Worker 0 (the only one of a one-process run), with ``kill`` planned (see ``run``)."""
-  env = _env(kill, events, tf_config)
+         tf_config: str | None, more_env: dict | None = None) -> Run:
+  """Worker 0 (the only one of a one-process run), with ``kill`` planned (see ``run``). A
+  paused run (its PAUSE marker: it stopped itself) is continued once the run started when its
+  lease lapsed ended (``second``); ``wrote``: the files it changed after that."""
+  env = _env(kill, events, tf_config, more_env)
   signalled = bool(kill and kill.get("signal"))  # an error fault may let the run go on
   start = time.monotonic()
   proc = subprocess.Popen(cmd, cwd=REPO, env=env, stdout=subprocess.PIPE,
@@ -335,12 +242,24 @@ def _run(cmd: list[str], kill: dict | None, events: pathlib.Path, stop_seconds: 
   wall: list[float] = []
   second: list[Run] = []
   seconds: list[threading.Thread] = []
+  resumed: list[tuple[float, dict]] = []  # (when, the folder's files) once continued
 
   def start_second() -> None:
     try:
-      second.append(run(cmd, None, events.with_suffix(".second.events"), stop_seconds))
+      second_cmd, second_kill = second_of(kill, cmd, events)
+      second.append(run(second_cmd, second_kill, events.with_suffix(".second.events"),
+                        stop_seconds))
     finally:  # the first run waits for this file at its hook
       pathlib.Path(str(events) + SECOND_DONE).touch()
+
+  def take_over() -> None:  # the lease lapses while this run is stopped; another takes it
+    time.sleep(PAUSE_LEASE + 1.5)
+    try:
+      second.append(run(cmd, None, events.with_suffix(".takeover.events"), stop_seconds,
+                        env={LEASE_ENV: str(PAUSE_LEASE)}))
+    finally:
+      resumed.append((time.monotonic(), _files_of(cmd)))
+      os.kill(proc.pid, signal.SIGCONT)
 
   def read() -> None:
     for chunk in iter(lambda: proc.stdout.read1(65536), b""):
@@ -349,9 +268,10 @@ def _run(cmd: list[str], kill: dict | None, events: pathlib.Path, stop_seconds: 
       if not marked and MARKER.encode() in recent:
         marked.append(time.monotonic())
         wall.append(time.time())
-      if not seconds and SECOND.encode() in recent:
-        seconds.append(threading.Thread(target=start_second, daemon=True))
-        seconds[0].start()
+      for marker, job in ((SECOND, start_second), (PAUSE, take_over)):
+        if not seconds and marker.encode() in recent:
+          seconds.append(threading.Thread(target=job, daemon=True))
+          seconds[0].start()
 
   reader = threading.Thread(target=read, daemon=True)
   reader.start()
@@ -360,7 +280,9 @@ def _run(cmd: list[str], kill: dict | None, events: pathlib.Path, stop_seconds: 
     now = time.monotonic()
     if marked and signalled and now - marked[0] > stop_seconds:
       problem = f"still running {stop_seconds:.0f} s after the kill"
-    elif now - start > RUN_SECONDS:
+    elif resumed and now - resumed[0][0] > stop_seconds:
+      problem = f"still running {stop_seconds:.0f} s after it was continued"
+    elif now - start > RUN_SECONDS + (PAUSE_LEASE * 2 + RUN_SECONDS) * bool(seconds):
       problem = f"still running after {RUN_SECONDS} s"
     if problem:
       proc.send_signal(signal.SIGKILL)
@@ -379,130 +301,25 @@ def _run(cmd: list[str], kill: dict | None, events: pathlib.Path, stop_seconds: 
   if proc.returncode == MISSING_HOOK and problem is None:
     problem = next((line for line in output.splitlines() if line.startswith("chaos: hook ")),
                    "a hooked function no longer exists")
-  return Run(proc.returncode, output, recorded, end - start, MARKER in output,
-             end - marked[0] if marked else None, problem, proc.pid,
-             wall[0] if wall else None, second[0] if second else None)
+  wrote = []
+  if resumed:
+    now = _files_of(cmd)
+    wrote = sorted(k for k in now if now[k] != resumed[0][1].get(k))
+  return Run(proc.returncode, output, recorded, end - start, MARKER in output or (
+      PAUSE in output), end - marked[0] if marked else None, problem, proc.pid,
+             wall[0] if wall else None, second[0] if second else None, wrote=wrote)
 
 
-def after_kill(output: str) -> list[str]:
-  """The non-empty lines printed after the kill marker (a line the marker split counts once)."""
-  i = output.find(MARKER)
-  if i < 0:
-    return []
-  rest = output[i + len(MARKER):]
-  return [line for line in rest.splitlines() if line.strip()]
-
-
-EXPECTED_STATUS = {"SIGKILL": {-9}, "SIGTERM": {143, -15}, "SIGINT": {130, -2}}
-
-
-def kill_problems(fault: str, signal_name: str, r: Run, printed: set[str] = frozenset()
-                  ) -> list[str]:
-  """What is wrong with how a killed run ended: its exit status, the time it took to stop, the
-  lines the kill caused: at most one line of at most SHORT characters, besides what a first
-  SIGINT / SIGTERM lets finish (the progress line of the step in progress, the ``Saved`` lines
-  of a save in progress and of the stop's save, the line of a checkpoint the restore in
-  progress moved aside) and a phase heading or a line the signal caught being printed (one
-  write, which Python finishes before it runs the handler): a line of the uninterrupted run's
-  output, ``printed``."""
-  if r.problem:
-    return [f"{fault}: {r.problem}"]
-  lines = after_kill(r.output)
-  if len(lines) >= 3 and HEADING_RULE.match(lines[0]) and HEADING_RULE.match(lines[2]):
-    lines = lines[3:]  # a phase heading being printed (one write) when the signal came
-  elif lines and lines[0] in printed and not (STEP_LINE.match(lines[0])
-                                              or SAVED_LINE.match(lines[0])):
-    lines = lines[1:]  # a line of the run's own being printed when the signal came
-  steps = sum(1 for line in lines if STEP_LINE.match(line))
-  saves = sum(1 for line in lines if SAVED_LINE.match(line))
-  other = [line for line in lines
-           if not (STEP_LINE.match(line) or SAVED_LINE.match(line) or REJECTED_LINE.match(line))]
-  went_on = steps > 1 or saves > 2
-  problems = []
-  if r.returncode == 0 and (other or went_on):
-    problems.append(f"{fault}: the run went on and ended with status 0 ({len(lines)} lines "
-                    f"after the signal, the last: {lines[-1][:100]!r})")
-  elif r.returncode not in EXPECTED_STATUS[signal_name] | {0}:
-    problems.append(f"{fault}: exit status {r.returncode} "
-                    f"({other[-1][:160] if other else 'no output'!r})")
-  elif went_on:
-    problems.append(f"{fault}: the run went on for {steps} progress lines and {saves} saves "
-                    "after the signal")
-  if len(other) > 1 and r.returncode != 0:
-    problems.append(f"{fault}: {len(other)} lines after the signal: "
-                    + " | ".join(line[:100] for line in other[:3]))
-  long = [line for line in other if len(line) > SHORT]
-  if long:
-    problems.append(f"{fault}: a {len(long[0])}-character line after the signal")
-  return problems
-
-
-def fault_problems(fault: str, r: Run) -> list[str]:
-  """What is wrong with how a run took an error fault (a read or write error, ENOSPC): it
-  either goes on and completes (retried), or stops with one line of at most SHORT characters
-  and exit status 1, after no more progress than the step in progress."""
-  if r.problem:
-    return [f"{fault}: {r.problem}"]
-  if r.returncode == 0:
-    return []
-  lines = after_kill(r.output)
-  other = [line for line in lines if not (STEP_LINE.match(line) or SAVED_LINE.match(line))]
-  problems = []
-  if r.returncode != 1:
-    problems.append(f"{fault}: exit status {r.returncode} "
-                    f"({other[-1][:160] if other else 'no output'!r})")
-  if len(other) != 1:
-    problems.append(f"{fault}: {len(other)} lines after the error, not one: "
-                    + " | ".join(line[:100] for line in other[:3]))
-  elif len(other[0]) > SHORT:
-    problems.append(f"{fault}: a {len(other[0])}-character line after the error")
-  return problems
-
-
-def peer_problems(first: Run) -> list[str]:
-  """What is wrong with how worker 1 of a two-worker run ended: left running after worker 0
-  ended (``problem``), a non-zero status when worker 0 completed, more than one error or stop
-  line (``STOP_LINE``: the script's own one-line ending, or any line naming an error), or one
-  longer than SHORT characters."""
-  peer = first.peer
-  if peer is None:
-    return []
-  if peer.problem:
-    return [peer.problem]
-  problems = []
-  if first.returncode == 0 and peer.returncode != 0:
-    problems.append(f"exit status {peer.returncode} while worker 0 completed")
-  said = [line for line in peer.output.splitlines() if STOP_LINE.search(line)]
-  if len(said) > 1:
-    problems.append(f"{len(said)} error or stop lines: "
-                    + " | ".join(line[:100] for line in said[-3:]))
-  if any(len(line) > SHORT for line in said):
-    problems.append(f"a line of {max(map(len, said))} characters")
-  return problems
-
-
-def second_problems(first: Run) -> list[str]:
-  """What is wrong with the second run of a command started on the folder the first writes:
-  it must be refused in one line naming the holder (the first run's process id), with exit
-  status 1 and no checkpoint saved."""
-  second = first.second
-  if second is None:
-    return ["the second run did not start"]
-  lines = [line for line in second.output.splitlines() if line.strip()]
-  saved = sorted({e["step"] for e in second.events if e["ev"] == "saved"})
-  if second.returncode == 0 or saved:
-    return [f"not refused: it ran beside the first (exit status {second.returncode}, saved "
-            f"{len(saved)} checkpoints{f', the last ckpt-{saved[-1]}' if saved else ''})"]
-  problems = []
-  if len(lines) != 1 or len(lines[0]) > SHORT:
-    problems.append(f"refused in {len(lines)} lines, not one short line: "
-                    + " | ".join(line[:100] for line in lines[-3:]))
-  if not any(str(first.pid) in line for line in lines):
-    problems.append(f"its refusal does not name the holder (pid {first.pid}): "
-                    f"{(lines or ['no output'])[-1][:160]!r}")
-  if second.returncode != 1:
-    problems.append(f"exit status {second.returncode}")
-  return problems
+def _files_of(cmd: list[str]) -> dict[str, tuple[int, int]]:
+  """The files of the command's data folder with their (mtime, size)."""
+  root = pathlib.Path(cmd[cmd.index("--data-dir") + 1])
+  state = {}
+  for folder, _, names in os.walk(root):
+    for name in names:
+      with contextlib.suppress(FileNotFoundError):
+        st = os.stat(os.path.join(folder, name))
+        state[os.path.relpath(os.path.join(folder, name), root)] = (st.st_mtime_ns, st.st_size)
+  return state
 
 
 def check_hooks(hooks: dict[str, tuple[str, str]] | None = None) -> list[str]:

@@ -233,13 +233,15 @@ def temp_path(path: str) -> Iterator[str]:
   tmp = _temp_name(path)
   try:
     yield tmp
-    for check in write_checks:  # e.g. this run lost its folder's lock: nothing is replaced
-      check(path)
     if _remote(path):
+      for check in write_checks:  # e.g. this run lost its folder's lock: nothing is replaced
+        check(path)
       _gfile().rename(tmp, path, overwrite=True)
     else:
       fsync_file(tmp)
       os.chmod(tmp, umask_mode())
+      for check in write_checks:  # right before the rename: a pause in the fsync is seen
+        check(path)
       os.replace(tmp, path)
       fsync_dir(os.path.dirname(path))
   except BaseException:
@@ -314,12 +316,21 @@ def staged_dir(output_dir: str) -> Iterator[str]:
   output_dir = output_dir.rstrip("/") or output_dir
   fs = _gfile()
   parent = os.path.dirname(output_dir) or "."
+  for check in write_checks:  # e.g. this run lost its folder's lock: nothing is written
+    check(output_dir)
   fs.makedirs(parent)
   finish_swap(output_dir)
   stage = _temp_name(output_dir)
   fs.makedirs(stage)
   try:
     yield stage
+  except BaseException:
+    with contextlib.suppress(Exception):
+      fs.rmtree(stage)
+    raise
+  try:
+    for check in write_checks:
+      check(output_dir)
   except BaseException:
     with contextlib.suppress(Exception):
       fs.rmtree(stage)

@@ -131,8 +131,8 @@ def _reading(path: str, what: str) -> Iterator[None]:
   except (tf.errors.OpError, IndexError, OSError) as e:
     advice = permanent_advice(e, path)
     if advice:
-      raise CheckpointAccessError(f"{what} {path} could not be read ({_cause(e)}): {advice}; "
-                                  "nothing was moved") from None
+      raise CheckpointAccessError(f"{what} {path} could not be read: {advice}; nothing was "
+                                  "moved") from None  # the advice names the cause
     damage = (f"{what} {path} is corrupt or truncated (TensorFlow: {tf_error_summary(e)})")
     if is_short_read(e):
       raise _ShortRead(damage) from None

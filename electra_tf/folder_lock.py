@@ -18,10 +18,12 @@ then read back: a holder paused between its create and its write is taken over o
 lease lapses, and learns it), so two starters never both get it. A takeover replaces the lock
 by a rename, only while holding `<lock>.takeover` (created with `O_EXCL`, held for a few
 milliseconds), and only if the lock still is the one that lapsed: of two starters, one takes it
-and the other is refused. The lock is released (deleted, if it still is this process's) at the
-process's normal exit, on an error, on a stop by SIGINT / SIGTERM (`release_all`, also before
-the at-once exit of a multi-worker stop); a SIGKILL or a second Ctrl-C leaves it, and the next
-run takes it over (at once on this host, after the lease elsewhere).
+and the other is refused. A guard left by a run killed mid-takeover is judged as a lock: once
+it stays unchanged for the lease it is removed and the takeover goes on (its line says so).
+The lock is released (deleted, if it still is this process's) at the process's normal exit, on
+an error, on a stop by SIGINT / SIGTERM (`release_all`, also before the at-once exit of a
+multi-worker stop); a SIGKILL or a second Ctrl-C leaves it, and the next run takes it over (at
+once on this host, after the lease elsewhere).
 
 Remote folders (`gs://` ...) have no exclusive create through `tf.io.gfile`: the lock is
 written when absent, read back after a settle time (`_SETTLE`), and kept only if it still is
@@ -47,6 +49,9 @@ LOCK_NAME = ".run.lock"
 _at_exit = []  # [True] once release_all is registered
 _TRIES = 100  # lock gone meanwhile, or a takeover held by another run: how many looks
 _SETTLE = 1.0  # s: remote create and takeover are read back this long after the write
+_guards: dict[str, tuple[bytes | None, float]] = {}  # takeover guard -> (content, first seen)
+_cleared: list[str] = []  # what the takeover line adds when a lapsed guard was removed
+_watched: dict[str, tuple[bytes, float]] = {}  # lock -> (content, since): lapsed in check_free
 
 
 class FolderLockedError(FileExistsError):
@@ -101,9 +106,34 @@ def _create(path: str) -> bool:
   return True
 
 
-def _take_over(path: str, raw: bytes) -> bool:
+def _guard_lapsed(guard: str) -> bool | None:
+  """Judges a takeover guard another run holds by the lease, as a lock: True when it stayed the
+  same for the lease (this run's clock; its run was killed mid-takeover) and was removed;
+  None while it is watched; False when it changed or went (a takeover under way)."""
+  try:
+    with open(guard, "rb") as f:
+      raw = f.read()
+  except FileNotFoundError:
+    _guards.pop(guard, None)
+    return False
+  seen = _guards.get(guard)
+  if seen is None or seen[0] != raw:
+    _guards[guard] = (raw, time.monotonic())
+    return None if seen is None else False
+  if time.monotonic() - seen[1] < lock_lease.lease_seconds():
+    return None
+  with open(guard, "rb") as f:  # the last look, right before it goes
+    if f.read() != raw:
+      return False
+  os.remove(guard)
+  _guards.pop(guard, None)
+  return True
+
+
+def _take_over(path: str, raw: bytes) -> bool | None:
   """Replaces the lapsed lock (content `raw`) by this run's; False when another run holds the
-  takeover or changed the lock meanwhile (the caller looks again)."""
+  takeover or changed the lock meanwhile (the caller looks again); None while a takeover guard
+  left unchanged is watched for the lease (taken over, with the lock, once it lapses)."""
   if "://" in path:
     if read(path)[1] != raw:
       return False
@@ -114,7 +144,12 @@ def _take_over(path: str, raw: bytes) -> bool:
   try:
     fd = os.open(guard, os.O_CREAT | os.O_EXCL | os.O_WRONLY, atomic_io.umask_mode())
   except FileExistsError:
-    return False
+    lapsed = _guard_lapsed(guard)
+    if not lapsed:
+      return lapsed
+    _cleared.append(f"; its takeover guard {os.path.basename(guard)}, unchanged for "
+                    f"{lock_lease.lease_seconds():.0f} s (a run stopped mid-takeover), removed")
+    return _take_over(path, raw)
   try:
     with os.fdopen(fd, "wb") as f:
       f.write(lock_lease.content(path))
@@ -149,7 +184,8 @@ def acquire(folder: str) -> str | None:
     os.makedirs(folder, exist_ok=True)
   lease = lock_lease.lease_seconds()
   poll = min(0.25, lease / 20) if "://" not in folder else min(1.0, lease / 10)
-  watched, since, tries = None, 0.0, 0
+  (watched, since), tries = _watched.pop(path, (None, 0.0)), 0
+  _cleared.clear()
   while tries < _TRIES:
     if _create(path):
       _hold(path)
@@ -162,12 +198,13 @@ def acquire(folder: str) -> str | None:
       _hold(path)
       return None
     if holder is not None and lock_lease.provably_dead(holder):
-      if _take_over(path, raw):
+      taken = _take_over(path, raw)
+      if taken:
         _hold(path)
         return (f"Took over the lock {path} of a run that ended without releasing it "
-                f"({describe(holder)})")
-      tries += 1
-      time.sleep(0.05)
+                f"({describe(holder)}){''.join(_cleared[-1:])}")
+      tries += taken is not None
+      time.sleep(0.05 if taken is not None else poll)
       continue
     if raw != watched:
       if watched is not None and holder is not None:  # renewed, or taken by another run
@@ -182,14 +219,15 @@ def acquire(folder: str) -> str | None:
              f"{describe(holder) if holder else f'an unreadable lock ({len(raw)} bytes)'} "
              f"to lapse")
     elif time.monotonic() - since >= lease:
-      if _take_over(path, raw):
+      taken = _take_over(path, raw)
+      if taken:
         _hold(path)
         if holder is None:  # a power cut on a disk that lost it, or a crash mid-create
           return (f"Took over the lock {path}, left unreadable ({len(raw)} bytes) by a run "
-                  "that ended without releasing it")
+                  f"that ended without releasing it{''.join(_cleared[-1:])}")
         return (f"Took over the lock {path} of a run that did not renew its lease for "
-                f"{lease:.0f} s ({describe(holder)})")
-      tries += 1
+                f"{lease:.0f} s ({describe(holder)}){''.join(_cleared[-1:])}")
+      tries += taken is not None
     time.sleep(poll)
   busy = path + ".takeover" if os.path.exists(path + ".takeover") else path
   raise FolderLockedError(f"{folder}: the lock {busy} stayed unreadable or busy for "
@@ -198,14 +236,32 @@ def acquire(folder: str) -> str | None:
 
 
 def check_free(folder: str) -> None:
-  """Raises the FolderLockedError ``acquire`` would raise when a live run of this host holds
-  `folder`'s lock and renewed it within the lease; reads only. A run calls it before it prints
-  anything, so that a second run is refused in its first line; ``acquire`` still takes the
-  lock (and decides, after watching the lease, on every other lock)."""
+  """Raises the FolderLockedError ``acquire`` would raise, before the run prints anything, so
+  that a second run is refused in its first line: at once when a live run of this host holds
+  `folder`'s lock and renewed it within the lease; after watching the lease (one line says
+  so) when the holder cannot be judged by its process (another PID namespace, boot or host)
+  and renews it. A lock that lapses meanwhile is left to ``acquire``, which takes it over
+  without watching it again; remote locks are left to ``acquire``."""
   path = os.path.join(folder, LOCK_NAME)
-  holder, _ = read(path)
-  if holder is not None and not mine(holder) and _fresh_here(path, holder):
+  holder, raw = read(path)
+  if raw is None or mine(holder):
+    return
+  if holder is not None and _fresh_here(path, holder):
     raise _in_use(folder, holder)
+  if "://" in folder or (holder is not None and lock_lease.provably_dead(holder)):
+    return
+  lease = lock_lease.lease_seconds()
+  _say(f"{folder}: waiting up to {lease:.0f} s for the lease of "
+       f"{describe(holder) if holder else f'an unreadable lock ({len(raw)} bytes)'} to lapse")
+  since = time.monotonic()
+  while time.monotonic() - since < lease:
+    time.sleep(min(0.25, lease / 20))
+    now, now_raw = read(path)
+    if now_raw != raw:
+      if now is not None and not mine(now):  # renewed, or taken by another run
+        raise _in_use(folder, now)
+      return  # released meanwhile: acquire creates it
+  _watched[path] = (raw, since)
 
 
 def check_held(target: str) -> None:

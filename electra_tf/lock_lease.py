@@ -206,20 +206,21 @@ def lost_line(path: str, holder: str) -> str:
 
 
 def check_write(target: str) -> None:
-  """Raises LostLockError (one line) when `target` lies in a folder whose lock this process
-  held and another run took; one small read of the lock per held folder it lies in."""
-  local = "://" not in target
-  target = os.path.abspath(target) if local else target.rstrip("/")
-  for path in list(held) + list(lost):
-    folder = os.path.dirname(path)
-    folder = os.path.abspath(folder) if local else folder.rstrip("/")
-    if not (target == folder or target.startswith(folder + "/")):
-      continue
-    if path in lost:
-      raise LostLockError(lost_line(path, lost[path]))
+  """Raises LostLockError (one line) before a write to `target` when this process lost a lock
+  it held: another run took it (or took and released it: the lock is gone while its folder is
+  there). Every held lock is read (one small read each), wherever `target` lies: a run that
+  lost its folder writes nothing more, its results and test outputs beside the folder
+  included."""
+  for path in list(lost):
+    raise LostLockError(lost_line(path, lost[path]))
+  for path in list(held):
     holder, raw = read(path)
-    if not mine(holder) and raw is not None:
-      with mutex:
-        held.pop(path, None)
-        lost[path] = describe(holder)
-      raise LostLockError(lost_line(path, describe(holder)))
+    if mine(holder):
+      continue
+    if raw is None and ("://" in path or not os.path.isdir(os.path.dirname(path))):
+      continue  # its folder was removed or moved (renew drops it): nothing left to hold
+    who = describe(holder) if raw is not None else "a run that removed the lock"
+    with mutex:
+      held.pop(path, None)
+      lost[path] = who
+    raise LostLockError(lost_line(path, who))

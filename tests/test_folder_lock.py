@@ -144,11 +144,35 @@ def test_a_live_holder_is_refused_and_a_reused_pid_is_not_taken_for_it(tmp_path)
 
 def test_a_takeover_in_progress_elsewhere_is_not_joined(tmp_path, monkeypatch):
   path = _lock(tmp_path / "run", pid=2**22 + 1)  # dead
-  (tmp_path / "run" / (folder_lock.LOCK_NAME + ".takeover")).write_text("{}")
+  guard = tmp_path / "run" / (folder_lock.LOCK_NAME + ".takeover")
+  guard.write_text("0")
   monkeypatch.setattr(folder_lock, "_TRIES", 3)
+  looks = []
+
+  def busy(folder):  # another run's takeovers, one after another: the guard keeps changing
+    looks.append(1)
+    guard.write_text(str(len(looks)))
+
+  monkeypatch.setattr(folder_lock.time, "sleep", busy)
   with pytest.raises(folder_lock.FolderLockedError, match=r"\.takeover stayed unreadable or busy"):
     folder_lock.acquire(str(tmp_path / "run"))
   assert json.loads(path.read_text())["run"] == "other"
+
+
+def test_a_takeover_guard_left_by_a_killed_run_lapses_with_the_lease(tmp_path, capsys):
+  path = _lock(tmp_path / "run", pid=2**22 + 1)  # dead: taken over at once but for the guard
+  guard = tmp_path / "run" / (folder_lock.LOCK_NAME + ".takeover")
+  guard.write_text('{"run": "killed mid-takeover"}')
+  started = time.monotonic()
+  note = folder_lock.acquire(str(tmp_path / "run"))
+  took = time.monotonic() - started
+  assert LEASE <= took < LEASE + 2, took
+  assert note.startswith(f"Took over the lock {path} of a run that ended without releasing it")
+  assert note.endswith(f"its takeover guard {guard.name}, unchanged for {LEASE:.0f} s (a run "
+                       "stopped mid-takeover), removed")
+  assert capsys.readouterr().out == ""  # the one line is the caller's to print
+  assert lock_lease.mine(json.loads(path.read_text())) and not guard.exists()
+  folder_lock.release(str(tmp_path / "run"))
 
 
 def test_restart_does_not_move_a_folder_another_run_uses(tmp_path):
@@ -322,3 +346,25 @@ def test_a_holder_in_another_pid_namespace_is_not_taken_over_while_it_renews(tmp
   finally:
     procs.finish(holder)
   assert holder.returncode == 0
+
+
+def test_a_run_that_cannot_see_the_holders_process_decides_before_it_prints(tmp_path, capsys):
+  """check_free, called before a run prints anything: a renewed lock of another PID namespace
+  is refused after the one waiting line; one that lapses is left to acquire, which takes it
+  over at once (the lease was watched already)."""
+  with procs.renewed_lock(tmp_path / "live" / folder_lock.LOCK_NAME, pidns="4026531999"):
+    with pytest.raises(folder_lock.FolderLockedError, match="is in use by another run"):
+      folder_lock.check_free(str(tmp_path / "live"))
+  assert capsys.readouterr().out.splitlines() == [
+      f"{tmp_path}/live: waiting up to {LEASE:.0f} s for the lease of host "
+      f"{socket.gethostname()}, pid {os.getpid()}, since 2026-01-02 03:04:05 UTC, command: "
+      "python run_pretraining.py x to lapse"]
+  _lock(tmp_path / "lapsed", pidns="4026531999")
+  started = time.monotonic()
+  folder_lock.check_free(str(tmp_path / "lapsed"))
+  assert LEASE <= time.monotonic() - started < LEASE + 1.5
+  started = time.monotonic()
+  note = folder_lock.acquire(str(tmp_path / "lapsed"))
+  assert time.monotonic() - started < 1 and note.startswith("Took over the lock")
+  assert len(capsys.readouterr().out.splitlines()) == 1  # check_free's line only
+  folder_lock.release(str(tmp_path / "lapsed"))

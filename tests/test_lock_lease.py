@@ -203,3 +203,29 @@ def test_a_checkpoint_save_after_the_lease_was_taken_writes_nothing(tmp_path):
       keeper.save(2)
   assert not list(tmp_path.glob("ckpt-2*"))
   folder_lock.release(str(tmp_path))
+
+
+def test_a_holder_whose_lock_was_taken_and_released_meanwhile_writes_nothing(tmp_path):
+  """Paused past the lease, then continued after the run that took its lock ended and removed
+  it: the lock is gone, its folder is there; the next write stops with the one line."""
+  folder_lock.acquire(str(tmp_path))
+  atomic_io.write_text(str(tmp_path / "a.txt"), "1")
+  os.remove(tmp_path / folder_lock.LOCK_NAME)  # taken over, then released by the other run
+  with pytest.raises(folder_lock.LostLockError, match=rf"^this run lost its lock on {tmp_path} "
+                     r"to another run \(a run that removed the lock\); stopping without writing$"):
+    atomic_io.write_text(str(tmp_path / "a.txt"), "2")
+  assert (tmp_path / "a.txt").read_text() == "1"
+  beside = tmp_path.parent / f"{tmp_path.name}-results.txt"  # fine-tuning's results, beside
+  with pytest.raises(folder_lock.LostLockError):  # the trials' folder: nothing written either
+    atomic_io.write_text(str(beside), "2")
+  assert not beside.exists()
+  with pytest.raises(folder_lock.LostLockError):  # a staged folder (the input state) neither
+    with atomic_io.staged_dir(str(tmp_path / "input_state" / "ckpt-2")) as stage:
+      pathlib.Path(stage, "state").write_text("x")
+  assert not (tmp_path / "input_state").exists()
+  folder_lock.release(str(tmp_path))
+  gone = tmp_path / "moved"
+  folder_lock.acquire(str(gone))
+  gone.rename(tmp_path / "elsewhere")  # a folder moved away: nothing left to hold, no error
+  atomic_io.write_text(str(tmp_path / "b.txt"), "1")
+  folder_lock.release(str(gone))

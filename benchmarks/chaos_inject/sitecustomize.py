@@ -17,21 +17,28 @@ next ``repeat - 1`` calls raise tf.errors.UnavailableError, as a bucket's 503 do
 error`` (the k-th call raises UnavailableError or, for a local atomic write, OSError EIO),
 ``ENOSPC`` (OSError ENOSPC: an atomic write writes part of its file first), ``second run``
 (after the k-th call the harness starts the same command a second time, and this run waits
-until that one ended, so the second always meets the first alive). Before the fault, one
-marker line (MARKER, or SECOND for a second run) is written to the output (file descriptor 1,
-after flushing Python's streams), so the harness splits what the run printed there exactly.
+until that one ended, so the second always meets the first alive; so do ``bind mount``, ``pid
+namespace`` and ``no hard links``, whose second run the harness starts in namespaces of its
+own or with links refused), ``persistent read error`` (from the k-th call on, every call
+reading the file the k-th read raises what TensorFlow raises for EIO or EACCES), ``paused
+holder`` (signal SIGSTOP: the whole process stops itself; the harness continues it),
+``no hard links`` (os.link raises EPERM all along), ``unsynced cut`` (a SIGKILL; chaos_writes
+journals every write from the start). Before the fault, one marker line (MARKER, SECOND for a
+second run, PAUSE for a pause) is written to the output (file descriptor 1, after flushing
+Python's streams), so the harness splits what the run printed there exactly.
 
 A hooked function that no longer exists (renamed, removed) ends the process at once with one
 line and exit status MISSING_HOOK: the harness's reach never drops silently.
 
 Events: ``call`` (hook, n, t = seconds since start, dt), ``restore`` (dir, step: where a
 Trainer's restore put it), ``saved`` (dir, step of a checkpoint written), ``kill`` (signal or
-fault, t), ``missing`` (hook, what). Nothing here changes what a run computes, but the fault.
+fault, t), ``missing`` (hook, what), ``reached`` (fault), ``bad_read`` (path), ``set_aside``
+(paths: the journal's), and an unsynced cut's ``w`` / ``rename`` / ``fsync`` (chaos_writes).
+Nothing here changes what a run computes, but the fault.
 """
 
 from __future__ import annotations
 
-import builtins
 import contextlib
 import errno
 import functools
@@ -45,6 +52,7 @@ import time
 
 MARKER = "@@chaos-kill@@"
 SECOND = "@@chaos-second-run@@"
+PAUSE = "@@chaos-pause@@"  # this run stops itself (SIGSTOP); the harness continues it
 ENV = "ELECTRA_CHAOS_PLAN"
 SECOND_DONE = ".second-done"  # the harness creates <events><this> once a second run ended
 SECOND_WAIT = 180  # s
@@ -53,6 +61,7 @@ MISSING_HOOK = 86  # exit status of a run whose hooked function no longer exists
 # hook name -> (module, attribute path) of the function wrapped
 HOOKS = {
   "ckpt_save": ("tensorflow.python.checkpoint.checkpoint_management", "CheckpointManager.save"),
+  "keeper_save": ("electra_tf.training.checkpointing", "CheckpointKeeper.save"),
   "ckpt_read": ("tensorflow.python.training.py_checkpoint_reader", "NewCheckpointReader"),
   "tf_state_write": ("tensorflow.python.checkpoint.checkpoint_management",
                      "update_checkpoint_state_internal"),
@@ -72,9 +81,11 @@ HOOKS = {
   "test_outputs": ("electra_tf.finetuning.runner", "ModelRunner.write_test_outputs"),
   "tf1_save": ("electra_tf.checkpoints", "save_tf1_checkpoint"),
   "rmtree": ("shutil", "rmtree"),
+  "set_aside": ("electra_tf.finetuning.set_aside", "move_aside"),
 }
 CONTEXT_HOOKS = frozenset({"staged_dir"})  # context managers: a call lasts the whole block
-ERROR_FAULTS = ("read error", "write error", "ENOSPC")
+ERROR_FAULTS = ("read error", "write error", "ENOSPC", "persistent read error")
+SECOND_RUNS = ("second run", "bind mount", "pid namespace", "no hard links")
 
 _MODULES = frozenset(name for name, _ in HOOKS.values())
 _T0 = time.monotonic()
@@ -83,13 +94,15 @@ _KILL = (_PLAN or {}).get("kill")
 _counts: dict[str, int] = {}
 _lock = threading.Lock()
 _fd = None
+_os_open = os.open  # the events file's (an "unsynced cut" records os.open)
+_bad_read: list[str] = []  # a persistent read error: the checkpoint every read of fails
 
 
 def _event(**fields) -> None:
   """Appends one JSON line to the events file (one write: lines of threads never mix)."""
   global _fd
   if _fd is None:
-    _fd = os.open(_PLAN["events"], os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
+    _fd = _os_open(_PLAN["events"], os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
   os.write(_fd, (json.dumps(fields) + "\n").encode())
 
 
@@ -133,6 +146,11 @@ def _fire() -> None:
   """Writes the marker line, then sends the planned signal (twice if planned) to this process."""
   signum = signal.Signals[_KILL["signal"]]
   _event(ev="kill", signal=signum.name, t=time.monotonic() - _T0)
+  if signum == signal.SIGSTOP:  # a paused holder: the whole process stops until SIGCONT
+    with _OUTPUT:
+      _mark(PAUSE)
+      os.kill(os.getpid(), signum)
+    return
   with _OUTPUT:
     _mark(MARKER)
     _signal(signum)
@@ -156,6 +174,12 @@ def _later(delay: float) -> None:
 def _error(hook: str, path: object) -> BaseException:
   """The error a fault raises at ``hook``: what a bucket or a full disk gives there."""
   fault = _KILL["fault"]
+  if fault == "persistent read error":  # what TensorFlow raises for a bad sector or EACCES
+    import tensorflow as tf
+
+    if _KILL.get("error") == "EACCES":
+      return tf.errors.PermissionDeniedError(None, None, f"{path}; Permission denied")
+    return tf.errors.UnknownError(None, None, f"{path}; Input/output error")
   if fault == "ENOSPC":
     return OSError(errno.ENOSPC, os.strerror(errno.ENOSPC), str(path))
   if hook == "atomic_write" and "://" not in str(path):
@@ -165,47 +189,17 @@ def _error(hook: str, path: object) -> BaseException:
   return tf.errors.UnavailableError(None, None, f"{path}; 503 Service Unavailable (chaos)")
 
 
-class _ShortWrite:
-  """A file whose first write stores half its bytes, then raises OSError ENOSPC."""
-
-  def __init__(self, f):
-    self._f = f
-
-  def write(self, data):
-    self._f.write(data[:len(data) // 2])
-    self._f.flush()
-    raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC), self._f.name)
-
-  def __enter__(self):
-    return self
-
-  def __exit__(self, *exc):
-    return self._f.__exit__(*exc)
-
-  def __getattr__(self, name):
-    return getattr(self._f, name)
-
-
-@contextlib.contextmanager
-def _full_disk():
-  """Within the block, files opened for writing run out of space in their first write."""
-  real = builtins.open
-
-  def short_open(file, mode="r", *args, **kwargs):
-    f = real(file, mode, *args, **kwargs)
-    return _ShortWrite(f) if any(c in mode for c in "wax") else f
-
-  builtins.open = short_open
-  try:
-    yield
-  finally:
-    builtins.open = real
-
-
-def _errs(hook: str, n: int) -> bool:
-  """Whether call n of ``hook`` is one the planned error fault fails."""
+def _errs(hook: str, n: int, args=()) -> bool:
+  """Whether call n of ``hook`` is one the planned error fault fails (a persistent read error:
+  from call k on, every call reading the file call k read)."""
   if _KILL is None or _KILL.get("fault") not in ERROR_FAULTS or _KILL["at"] != hook:
     return False
+  if _KILL["fault"] == "persistent read error":
+    path = str(args[0]) if args else "?"
+    if n == int(_KILL["call"]):
+      _bad_read.append(path)
+      _event(ev="bad_read", path=path)
+    return bool(_bad_read) and path == _bad_read[0]
   first = int(_KILL["call"])
   last = first + (int(_KILL.get("repeat", 1)) - 1 if _KILL["fault"] == "read error" else 0)
   return first <= n <= last
@@ -216,10 +210,14 @@ def _raise_fault(hook: str, n: int, fn, args, kwargs):
   path = next((a for a in (*args, *kwargs.values()) if isinstance(a, (str, os.PathLike))), "?")
   if n == int(_KILL["call"]):
     _event(ev="kill", signal=_KILL["fault"], t=time.monotonic() - _T0)
+    _event(ev="reached", fault=_KILL["fault"])
     with _OUTPUT:
       _mark(MARKER)
   if _KILL["fault"] == "ENOSPC" and hook == "atomic_write":
-    with _full_disk():
+    sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+    from chaos_writes import full_disk
+
+    with full_disk():
       return fn(*args, **kwargs)
   if hook == "ckpt_save":
     path = getattr(args[0], "directory", path)
@@ -249,8 +247,9 @@ def _planned(hook: str) -> tuple[int, bool]:
 
 
 def _second(hook: str, n: int) -> None:
-  """After call n of ``hook``: asks the harness for a second run of this command."""
-  if (_KILL is not None and _KILL.get("fault") == "second run" and _KILL["at"] == hook
+  """After call n of ``hook``: asks the harness for a second run of this command (by the same
+  path, a bind mount, another PID namespace, or without hard links)."""
+  if (_KILL is not None and _KILL.get("fault") in SECOND_RUNS and _KILL["at"] == hook
       and _KILL["call"] == n):
     _event(ev="kill", signal="second run", t=time.monotonic() - _T0)
     with _OUTPUT:
@@ -265,8 +264,10 @@ def _second(hook: str, n: int) -> None:
 def _wrap(hook: str, fn):
   def wrapped(*args, **kwargs):
     n, planned = _planned(hook)
-    if _errs(hook, n):
+    if _errs(hook, n, args):
       return _raise_fault(hook, n, fn, args, kwargs)
+    if hook == "set_aside":  # the paths the journal will name (a kill may come before it)
+      _event(ev="set_aside", paths=[str(p) for p in args[1]])
     if planned and _KILL["when"] == "before":
       _fire()
     elif planned and _KILL["when"] == "during":
@@ -358,3 +359,14 @@ if _PLAN is not None:
     sys.stdout, sys.stderr = _Serialized(sys.stdout), _Serialized(sys.stderr)
   if _KILL is not None and _KILL["at"] == "start" and _KILL.get("signal"):
     _later(float(_KILL["delay"]))
+  if _KILL is not None and _KILL["fault"] == "no hard links":
+    def _no_link(src, dst, *args, **kwargs):
+      _event(ev="reached", fault="no hard links", path=str(dst))
+      raise OSError(errno.EPERM, os.strerror(errno.EPERM), str(dst))
+
+    os.link = _no_link
+  if _KILL is not None and _KILL["fault"] == "unsynced cut":
+    sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+    import chaos_writes
+
+    chaos_writes.start(_event, _PLAN["events"] + ".shadow")

@@ -30,7 +30,7 @@ from typing import Any
 
 import tensorflow as tf
 
-from electra_tf import atomic_io
+from electra_tf import atomic_io, lock_lease
 from electra_tf.console import error_line
 
 DatasetFn = Callable[[tf.distribute.InputContext], tf.data.Dataset]  # the training stream's builder
@@ -105,6 +105,8 @@ class InputState:
         tf.train.Checkpoint(input=self.iterator).write(os.path.join(stage, "state"))
         with open(os.path.join(stage, _SIGNATURE), "w", encoding="utf-8") as f:
           json.dump({**self.signature, "built_skip_steps": self.skip_steps}, f, sort_keys=True)
+    except lock_lease.LostLockError:
+      raise  # another run holds the folder now: this run stops, without a warning
     except (OSError, tf.errors.OpError) as e:
       self.log_fn(f"Warning: saving the input state of step {step} in {final} failed "
                   f"({error_line(e, name_type=False)}); a resume from it will skip the "

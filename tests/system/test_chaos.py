@@ -18,35 +18,57 @@ from helpers.paths import REPO_ROOT
 sys.path.insert(0, str(REPO_ROOT / "benchmarks"))
 import chaos  # noqa: E402
 import chaos_checks as checks  # noqa: E402
+import chaos_faults as faults  # noqa: E402
+import chaos_plan as plan  # noqa: E402
 import chaos_runs as runs  # noqa: E402
+import chaos_trial as trial  # noqa: E402
 
-SEED = 22  # its 2 trials, plain: pre-training with a second run, a power cut in an atomic
-# write (hparams.json emptied) and two SIGINTs; fine-tuning with a SIGINT before a results write
+SEED = 22  # its 2 trials, plain: pre-training led by a persistent read error, fine-tuning by
+# an unsynced cut, each with 1-3 faults more
 STATS = {"seconds": 30.0, "restore_t": 10.0,
          "calls": {"ckpt_save": [0.1] * 20, "input_state_save": [0.01] * 20,
                    "restore": [0.001], "results_write": [0.002] * 2}}
 
 
 def test_kill_plans_are_drawn_from_the_seed_and_the_trial_only():
-  plans = {k: chaos.draw_kills(0, k, STATS) for k in range(1, 201)}
-  assert plans[7] == chaos.draw_kills(0, 7, STATS)  # what --only 7 replays
-  assert plans[7] != chaos.draw_kills(1, 7, STATS)
-  kills = [kill for plan in plans.values() for kill in plan]
-  assert all(2 <= len(plan) <= 4 for plan in plans.values())
-  assert {k["fault"] for k in kills} == set(chaos.FAULTS)
-  assert {k["at"] for k in kills} == {"start", "ckpt_read", *STATS["calls"]}
+  plans = {k: plan.draw_kills(0, k, STATS) for k in range(1, 201)}
+  assert plans[7] == plan.draw_kills(0, 7, STATS)  # what --only 7 replays
+  assert plans[7] != plan.draw_kills(1, 7, STATS)
+  kills = [kill for drawn in plans.values() for kill in drawn]
+  assert all(2 <= len(drawn) <= 4 for drawn in plans.values())
+  assert {k["fault"] for k in kills} == set(plan.FAULTS)
+  assert {k["at"] for k in kills} == {"start", "ckpt_read", "set_aside", "move_aside",
+                                      *STATS["calls"]}
   assert {k["when"] for k in kills if k["at"] != "start"} == {"before", "during", "after"}
-  assert all(plan[0]["fault"] != "read error" for plan in plans.values())
+  assert all(drawn[0]["fault"] not in plan.READS or drawn[0]["fault"] in plan.NEW_FIRST
+             for drawn in plans.values())
   for k in kills:
-    if k["fault"] == "read error":
+    if k["fault"] in plan.READS:
       assert (k["at"], k["call"], k["repeat"] in (1, 2)) == ("ckpt_read", 1, True)
-    elif k["fault"] == "second run":
+    elif k["fault"] in plan.SECOND_RUNS:
       assert (k["at"], k["call"], k["when"]) == ("restore", 1, "after")
+    elif k["fault"] == "set-aside kill":
+      assert k["at"] in ("set_aside", "move_aside") and k["signal"] == "SIGKILL"
     elif k["at"] == "start":
       assert 0 <= k["delay"] <= STATS["seconds"]
     else:
       assert 1 <= k["call"] <= len(STATS["calls"][k["at"]])
       assert 0 <= k["delay"] <= STATS["calls"][k["at"]][k["call"] - 1]
+      assert k["fault"] != "paused holder" or k["when"] == plan.PAUSE_AT[k["at"]]
+
+
+def test_every_newer_fault_kind_comes_first_in_three_of_the_default_40_trials():
+  """Shared storage and many hosts: a second run by a bind mount and from another PID
+  namespace, a paused holder, no hard links, a persistent read error, an unsynced cut, a kill
+  in the set-aside and a fault on worker 1 each lead at least 3 trials of the default run."""
+  for seed in (0, 1):
+    first = collections.Counter(plan.draw_kills(seed, k, STATS,
+                                                runs.workers_of(plan.kind_of(k),
+                                                                plan.variant_of(seed, k)))[0][
+                                                                    "fault"]
+                                for k in range(1, 41))
+    assert set(first) == {*plan.NEW_FIRST, "set-aside kill", "worker 1"}, first
+    assert min(first.values()) >= 3, first
 
 
 def _run(output: str, returncode: int) -> runs.Run:
@@ -79,7 +101,7 @@ STOP = ("Saved /m/ckpt-120\n121/200 = 60.5%, SPS: 40\nSaved /m/ckpt-121\n"
      "interrupted\n", 130, "2 lines after the signal"),
 ])
 def test_a_kill_may_cause_one_short_line(fault, signal, output, returncode, problem):
-  found = runs.kill_problems(fault, signal, _run(output, returncode), {PRINTED})
+  found = faults.kill_problems(fault, signal, _run(output, returncode), {PRINTED})
   if problem is None:
     assert found == []
   else:
@@ -189,11 +211,11 @@ def test_a_power_cut_un_renames_only_what_the_run_renamed_into_place(tmp_path):
 def test_a_read_error_waits_for_a_checkpoint_to_read():
   read, kill, cut = ({"fault": f} for f in ("read error", "SIGKILL", "power cut"))
   pending = [read, kill, cut]
-  assert chaos._next_fault(pending, readable=False) is kill and pending == [read, cut]
-  assert chaos._next_fault(pending, readable=False) is cut and pending == [read]
-  assert chaos._next_fault(pending, readable=False) is None and pending == [read]  # no fault
-  assert chaos._next_fault(pending, readable=True) is read and pending == []
-  assert chaos._next_fault(pending, readable=True) is None
+  assert plan.next_fault(pending, readable=False) is kill and pending == [read, cut]
+  assert plan.next_fault(pending, readable=False) is cut and pending == [read]
+  assert plan.next_fault(pending, readable=False) is None and pending == [read]  # no fault
+  assert plan.next_fault(pending, readable=True) is read and pending == []
+  assert plan.next_fault(pending, readable=True) is None
 
 
 def test_a_good_checkpoint_moved_aside_is_found_a_damaged_one_is_not(tmp_path):
@@ -216,8 +238,8 @@ def _results(home: pathlib.Path, trials: list[dict]) -> None:
   from electra_tf.finetuning import outputs
 
   (home / "test_predictions").mkdir(parents=True)
-  for trial in (1, 2):
-    (home / "test_predictions" / f"{runs.TASK}_test_{trial}_predictions.tsv").write_text("r0\t1\n")
+  for t in (1, 2):
+    (home / "test_predictions" / f"{runs.TASK}_test_{t}_predictions.tsv").write_text("r0\t1\n")
   outputs.write_results(trials, str(home / "results" / f"{runs.TASK}_results.txt"),
                         str(home / "results" / f"{runs.TASK}_results.pkl"))
 
@@ -284,12 +306,12 @@ def test_two_faulted_run_series_complete_with_nothing_lost(harness):
 
 def _check(work: pathlib.Path, k: int, kind: str, folder: pathlib.Path) -> dict[str, list[str]]:
   """The harness's final checks of trial k's series in `folder` against its reference run."""
-  variant = chaos.variant_of(SEED, k)
+  variant = plan.variant_of(SEED, k)
   ref = {"folder": work / chaos.reference_name(kind, variant)}
   ref["finals"] = [checks.complete_steps(d)[0]
                    for d in runs.model_dirs(kind, ref["folder"], variant)]
-  out = chaos.Outcome(k, kind, variant)
-  chaos.check_final(out, ref, folder, runs.model_dirs(kind, folder, variant))
+  out = trial.Outcome(k, kind, variant)
+  trial.check_final(out, ref, folder, runs.model_dirs(kind, folder, variant))
   return {c: p for c, p in out.problems.items() if p}
 
 
@@ -301,7 +323,7 @@ def test_the_harness_checks_fail_on_sabotaged_outcomes(harness, tmp_path, k, kin
   _, work = harness
   folder = work / f"trial-{k}"
   assert _check(work, k, kind, folder) == {}
-  variant = chaos.variant_of(SEED, k)
+  variant = plan.variant_of(SEED, k)
   final_dir = runs.model_dirs(kind, folder, variant)[0]
   final, older = checks.complete_steps(final_dir)[:2]
 
@@ -343,28 +365,28 @@ def test_the_harness_checks_fail_on_sabotaged_outcomes(harness, tmp_path, k, kin
     (f"{runs.MARKER}\nrun_pretraining.py: error\n", 2, "exit status 2"),
 ])
 def test_an_error_fault_is_retried_or_stops_the_run_with_one_line(output, returncode, problem):
-  found = runs.fault_problems("ENOSPC", _run(output, returncode))
+  found = faults.fault_problems("ENOSPC", _run(output, returncode))
   assert (found == []) if problem is None else (len(found) == 1 and problem in found[0]), found
 
 
 def test_a_second_run_must_be_refused_in_one_line_naming_the_holder():
   first = _run("", 0)
   first.pid = 4242
-  assert runs.second_problems(first) == ["the second run did not start"]
+  assert faults.second_problems(first) == ["the second run did not start"]
   first.second = _run("run_pretraining.py: /m is in use by pid 4242 on host h\n", 1)
-  assert runs.second_problems(first) == []
+  assert faults.second_problems(first) == []
   first.second = _run("200/200 = 100%\nSaved /m/ckpt-200\n", 0)
   first.second.events = [{"ev": "saved", "dir": "/m", "step": 200}]
-  assert runs.second_problems(first) == [
+  assert faults.second_problems(first) == [
       "not refused: it ran beside the first (exit status 0, saved 1 checkpoints, the last "
       "ckpt-200)"]
   first.second = _run("Warning: x\nrun_pretraining.py: /m is in use\n", 1)
-  assert [p.split(":")[0] for p in runs.second_problems(first)] == [
+  assert [p.split(":")[0] for p in faults.second_problems(first)] == [
       "refused in 2 lines, not one short line", "its refusal does not name the holder (pid 4242)"]
 
 
 def test_the_headline_counts_passed_runs_lost_work_tracebacks_and_faults_reached():
-  good, bad = chaos.Outcome(1, "pretrain"), chaos.Outcome(2, "finetune")
+  good, bad = trial.Outcome(1, "pretrain"), trial.Outcome(2, "finetune")
   good.faults = [("SIGKILL", True), ("read error", True)]
   bad.faults = [("second run", True), ("ENOSPC", False)]
   assert chaos.headline([good])[-1] == \
@@ -421,12 +443,12 @@ def test_the_error_faults_fire_inside_a_real_process(tmp_path):
            "ENOSPC": {"fault": "ENOSPC", "at": "atomic_write", "call": 1, "repeat": 1,
                       "when": "before", "delay": 0.0, "signal": None}}
   r = runs.run([sys.executable, str(reads)], plans["read error"], tmp_path / "e1")
-  assert runs.after_kill(r.output) == [
+  assert faults.after_kill(r.output) == [
       "unavailable: 503 Service Unavailable (chaos)", "unavailable: 503 Service Unavailable "
       "(chaos)", "read on attempt 3"], r.output
   r = runs.run([sys.executable, str(writes)], plans["ENOSPC"], tmp_path / "e2")
-  assert (r.returncode, runs.after_kill(r.output)) == (1, ["writes.py: No space left on device"])
-  assert runs.fault_problems("ENOSPC", r) == [] and not (tmp_path / "out.txt").exists()
+  assert (r.returncode, faults.after_kill(r.output)) == (1, ["writes.py: No space left on device"])
+  assert faults.fault_problems("ENOSPC", r) == [] and not (tmp_path / "out.txt").exists()
   assert checks.leftovers(tmp_path) == []  # atomic_io removed its half-written temporary file
   r = runs.run([sys.executable, str(writes)], None, tmp_path / "e3")
   assert r.returncode == 0 and (tmp_path / "out.txt").read_text() == "x" * 100

@@ -126,7 +126,7 @@ def test_a_permanent_read_error_stops_at_once_naming_the_file_and_what_to_do(
   with pytest.raises(checkpoints.CheckpointAccessError) as err:
     toy_train.run(_one_device(), str(folder), 30, log_fn=lambda line: None)
   message = str(err.value)
-  assert message.startswith(f"checkpoint {folder}/ckpt-20 could not be read (") and \
+  assert message.startswith(f"checkpoint {folder}/ckpt-20 could not be read: ") and \
       "\n" not in message, message
   assert advice in message and message.endswith("; nothing was moved"), message
   assert "rerun when the storage answers" not in message
