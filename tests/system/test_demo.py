@@ -110,7 +110,8 @@ def test_tiny_demo_runs_end_to_end_quietly(tmp_path):
               "segment_ids": [[0] * length]}
     probabilities = model(**{k: np.array(v, np.int32) for k, v in inputs.items()})[
         "probabilities"][0]
-    assert np.isclose(probabilities.sum(), 1.0, atol=1e-3)
+    # the dynamic-range int8 model's softmax runs in float32: its sum is 1 to float rounding
+    assert np.isclose(probabilities.sum(), 1.0, rtol=0, atol=1e-5)
     best = int(np.argmax(probabilities))
     assert out["prediction"] == labels[best], (out, probabilities)
     assert abs(float(out["probability"]) - probabilities[best]) < 1e-6, (out, probabilities)
