@@ -19,7 +19,6 @@ running" is the part of the wall time in which no op ran (executor and host gaps
 from __future__ import annotations
 
 import collections
-import glob
 import os
 import sys
 import tempfile
@@ -30,7 +29,7 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import bench_finetune as bench  # noqa: E402  (sets the environment before TensorFlow loads)
 import tensorflow as tf  # noqa: E402
 from absl import app, flags  # noqa: E402
-from tensorflow.tsl.profiler.protobuf import xplane_pb2  # noqa: E402
+from profile_events import busy_time, op_events  # noqa: E402
 
 from electra_tf.interop.finetuned_saved_model import FinetunedExport  # noqa: E402
 
@@ -40,36 +39,6 @@ flags.DEFINE_enum("variant", "ours", ["ours", "ours_bf16", "tfm"], "Train step p
 flags.DEFINE_integer("calls", 20, "Traced batch-1 calls per latency variant.")
 flags.DEFINE_integer("top", 12, "Op types listed.")
 FLAGS = flags.FLAGS
-
-
-def op_events(logdir: str):
-  """(type, start s, duration s) of every op the executor threads ran (profile_pretrain's)."""
-  path = sorted(glob.glob(os.path.join(logdir, "plugins", "profile", "*", "*.xplane.pb")))[-1]
-  space = xplane_pb2.XSpace()
-  with open(path, "rb") as f:
-    space.ParseFromString(f.read())
-  for plane in space.planes:
-    if plane.name != "/host:CPU":
-      continue
-    for line in plane.lines:
-      if not line.name.startswith("tf_Compute"):
-        continue
-      for event in line.events:
-        full = plane.event_metadata[event.metadata_id].name
-        if ":" not in full or full.startswith(("Thread", "Executor")):
-          continue
-        yield (full.rsplit(":", 1)[1], line.timestamp_ns * 1e-9 + event.offset_ps * 1e-12,
-               event.duration_ps * 1e-12)
-
-
-def busy_time(intervals: list[tuple[float, float]]) -> float:
-  """Length of the union of [start, end) intervals."""
-  total, end = 0.0, float("-inf")
-  for start, stop in sorted(intervals):
-    if stop > end:
-      total += stop - max(start, end)
-      end = stop
-  return total
 
 
 def profile(name: str, run, n: int, unit: str) -> None:
@@ -83,11 +52,11 @@ def profile(name: str, run, n: int, unit: str) -> None:
   tf.profiler.experimental.stop()
   events = list(op_events(logdir))
   by_type, count = collections.Counter(), collections.Counter()
-  for op_type, _, duration in events:
+  for _, op_type, _, duration in events:
     by_type[op_type] += duration
     count[op_type] += 1
   total = sum(by_type.values())
-  busy = busy_time([(s, s + d) for _, s, d in events])
+  busy = busy_time([(s, s + d) for _, _, s, d in events])
   ms = 1000 / n
   print(f"\n{name}: wall {wall * ms:.2f} ms/{unit}; no op running {(wall - busy) * ms:.2f} "
         f"ms/{unit} ({100 * (wall - busy) / wall:.1f}%); op time {total * ms:.2f} ms/{unit} "

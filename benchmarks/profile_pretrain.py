@@ -17,7 +17,6 @@ time, not of the wall time.
 from __future__ import annotations
 
 import collections
-import glob
 import os
 import sys
 import tempfile
@@ -28,7 +27,7 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import bench_pretrain  # noqa: E402  (sets the environment before TensorFlow loads)
 import tensorflow as tf  # noqa: E402
 from absl import app, flags  # noqa: E402
-from tensorflow.tsl.profiler.protobuf import xplane_pb2  # noqa: E402
+from profile_events import busy_time, op_events  # noqa: E402
 
 from electra_tf.modeling import dropout  # noqa: E402
 
@@ -64,37 +63,6 @@ def category(name: str, op_type: str) -> str:
   if op_type == "BiasAddGrad":
     return "bias gradients"
   return "other (losses, sampling, masking, residual adds)"
-
-
-def op_events(logdir: str):
-  """(name, type, start s, duration s) of every op the executor threads ran."""
-  path = sorted(glob.glob(os.path.join(logdir, "plugins", "profile", "*", "*.xplane.pb")))[-1]
-  space = xplane_pb2.XSpace()
-  with open(path, "rb") as f:
-    space.ParseFromString(f.read())
-  for plane in space.planes:
-    if plane.name != "/host:CPU":
-      continue
-    for line in plane.lines:
-      if not line.name.startswith("tf_Compute"):
-        continue
-      for event in line.events:
-        full = plane.event_metadata[event.metadata_id].name
-        if ":" not in full or full.startswith(("Thread", "Executor")):
-          continue
-        name, op_type = full.rsplit(":", 1)
-        yield (name, op_type, line.timestamp_ns * 1e-9 + event.offset_ps * 1e-12,
-               event.duration_ps * 1e-12)
-
-
-def busy_time(intervals: list[tuple[float, float]]) -> float:
-  """Length of the union of [start, end) intervals."""
-  total, end = 0.0, float("-inf")
-  for start, stop in sorted(intervals):
-    if stop > end:
-      total += stop - max(start, end)
-      end = stop
-  return total
 
 
 def main(argv) -> None:
