@@ -58,10 +58,11 @@ def test_installed_wheel_builds_data_and_finds_presets(data_dir, vocab_file, tmp
     return subprocess.run([str(a) for a in args], cwd=elsewhere, env=_outside_env(tmp_path),
                           text=True, capture_output=True, timeout=300)
 
-  proc = run(venv / "bin/python", "-c", "import electra_tf.config as c; print(c.__file__); "
-             "print(c.load_hparams('electra_small')['model_size'])")
+  proc = run(venv / "bin/python", "-c", "import electra_tf.hparams_input as h; print(h.__file__); "
+             "print(h.load_hparams('electra_small')['model_size'])")
   assert proc.returncode == 0, proc.stderr[-3000:]
-  assert proc.stdout.splitlines() == [os.path.join(site, "electra_tf", "config.py"), "small"]
+  assert proc.stdout.splitlines() == [os.path.join(site, "electra_tf", "hparams_input.py"),
+                                     "small"]
 
   corpus = tmp_path / "corpus"
   corpus.mkdir()
