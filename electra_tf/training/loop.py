@@ -99,6 +99,7 @@ def every_worker(strategy: tf.distribute.Strategy, value: int) -> list[int]:
   strategy: a collective every worker must call; a single worker gets `[value]`)."""
   per_replica = strategy.run(lambda: tf.constant([value], tf.int64))
   values = strategy.gather(per_replica, axis=0).numpy().tolist()
+  lost_worker.wait_for_every_worker()  # every worker's gather has ended: any may now exit
   return values[::len(strategy.extended.worker_devices)]  # one replica per worker
 
 

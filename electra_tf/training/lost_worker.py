@@ -20,6 +20,7 @@ some variables and not others.
 from __future__ import annotations
 
 import contextlib
+import itertools
 import json
 import os
 import re
@@ -67,6 +68,21 @@ def configure(timeout_secs: float = DEFAULT_SECS) -> None:
   context.context().configure_coordination_service(
       service_type="standalone", service_leader=multi_worker_util.coordination_leader(spec),
       coordinated_jobs=jobs, heartbeat_timeout_in_ms=int(timeout_secs * 1000))
+
+
+_barriers = itertools.count()
+
+
+def wait_for_every_worker(timeout_secs: float = 300.0) -> None:
+  """Returns once every worker got here, through the coordination service (a no-op when the
+  process runs no cluster). After a collective, a worker that goes on to exit must wait here:
+  a peer may still be fetching this worker's part of the collective, and fails with
+  UnavailableError once the process is gone. The service answers both ends, so the exit is
+  safe. Every worker makes the same calls in the same order (the ids count them)."""
+  if not context.context().coordination_service:
+    return
+  context.context().wait_at_barrier(f"electra_every_worker_{next(_barriers)}",
+                                    int(timeout_secs * 1000))
 
 
 def _name(job: str, index: str) -> str:
