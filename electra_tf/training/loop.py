@@ -97,10 +97,9 @@ def _build_optimizer(optimizer, variables: list[tf.Variable]) -> None:
 def every_worker(strategy: tf.distribute.Strategy, value: int) -> list[int]:
   """`value` as each worker of `strategy` gave it, in worker order (one all-gather through the
   strategy: a collective every worker must call; a single worker gets `[value]`)."""
-  per_replica = strategy.run(lambda: tf.constant([value], tf.int64))
-  values = strategy.gather(per_replica, axis=0).numpy().tolist()
+  values = strategy.gather(strategy.run(lambda: tf.constant([value], tf.int64)), axis=0).numpy()
   lost_worker.wait_for_every_worker()  # every worker's gather has ended: any may now exit
-  return values[::len(strategy.extended.worker_devices)]  # one replica per worker
+  return values.tolist()[::len(strategy.extended.worker_devices)]  # one replica per worker
 
 
 class Trainer:
