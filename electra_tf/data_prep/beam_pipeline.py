@@ -238,6 +238,14 @@ def _quiet_fds(log: str, verbose: bool) -> Iterator[None]:
 COUNTS = ("documents", "tokens", "examples", "bad_records", "bad_bytes", "empty")
 
 
+def _close_client(result) -> None:
+  """Closes the dask Client that Beam's DaskRunner opens and leaves open, so nothing of the run
+  keeps reconnecting in this process (drawing from the global `random`) once it has ended."""
+  client = getattr(result, "client", None)
+  if client is not None:
+    client.close()
+
+
 def build(args: BeamArgs, beam_argv: Sequence[str] = (), verbose: bool = False) -> dict[str, int]:
   """Runs the pipeline; returns the totals of the jobs it ran (Beam counters)."""
   import logging as py_logging
@@ -268,11 +276,14 @@ def build(args: BeamArgs, beam_argv: Sequence[str] = (), verbose: bool = False) 
     log = os.path.join(scratch, "beam.log")
     with _quiet_fds(log, verbose), \
         ProgressLine(progress_dir, len(todo), sys.stderr) as progress:  # the console's stderr
+      result = None
       try:
         result = p.run()
         result.wait_until_finish()
       except Exception as e:  # noqa: BLE001 -- a worker's error comes back wrapped in text
         raise ValueError(worker_error(e)) from None
+      finally:
+        _close_client(result)
     try:
       query = result.metrics().query(MetricsFilter().with_namespace(__name__))
       for counter in query["counters"]:

@@ -246,6 +246,7 @@ def test_prepared_tfds_dataset(data_dir, vocab_file, tmp_path):
 def test_dask_runner_on_a_local_cluster_writes_the_same_shards(data_dir, vocab_file, tmp_path):
   """A second engine: Beam's DaskRunner on a local dask.distributed cluster of 2 processes."""
   from distributed import LocalCluster
+  from distributed.client import _global_clients
 
   corpus = _write_text(tmp_path / "corpus", _documents(data_dir))
   want = _builder_shards(corpus, vocab_file, tmp_path / "builder", 2)
@@ -257,6 +258,8 @@ def test_dask_runner_on_a_local_cluster_writes_the_same_shards(data_dir, vocab_f
         f"--dask_client_address={cluster.scheduler_address}"])
   assert _read(tmp_path / "beam") == want
   assert totals["documents"] > 0 and totals["examples"] > 100
+  # The runner's client is closed: nothing of the run keeps reconnecting in this process.
+  assert [c.status for c in _global_clients.values() if c.status != "closed"] == []
 
 
 @pytest.mark.slow  # a real SIGKILL mid-build, then the rerun

@@ -74,12 +74,15 @@ class RecordingRandom(random.Random):
 
 class ReadmeLoopWriter:
   """Oracle written here, not official output: the example loop as the reference README states
-  the official one, one line at a time through our pure-Python FullTokenizer, drawing from the
-  module-level `random`. Only ``test_golden_examples_and_random_calls`` compares with what the
-  official builder wrote (one setting); this oracle covers other settings and OpenWebText."""
+  the official one, one line at a time through our pure-Python FullTokenizer. Only
+  ``test_golden_examples_and_random_calls`` compares with what the official builder wrote (one
+  setting); this oracle covers other settings and OpenWebText. It draws from `rng`, a
+  `random.Random(seed)`: the stream of the official script's module-level `random` after
+  `random.seed(seed)`, out of reach of the test process's other threads (a dask client's
+  reconnect loop draws from the module-level one)."""
 
-  def __init__(self, tokenizer, max_length, blanks_separate_docs):
-    self.tok, self.max, self.blanks = tokenizer, max_length, blanks_separate_docs
+  def __init__(self, tokenizer, max_length, blanks_separate_docs, rng):
+    self.tok, self.max, self.blanks, self.rng = tokenizer, max_length, blanks_separate_docs, rng
     self.sentences, self.length, self.target = [], 0, max_length
     self.examples = []
 
@@ -94,19 +97,19 @@ class ReadmeLoopWriter:
       self.flush()
 
   def flush(self):
-    first_target = 100000 if random.random() < 0.1 else (self.target - 3) // 2
+    first_target = 100000 if self.rng.random() < 0.1 else (self.target - 3) // 2
     a, b = [], []
     for s in self.sentences:
       if not a or len(a) + len(s) < first_target:
         a += s
-      elif not b and len(a) < first_target and random.random() < 0.5:
+      elif not b and len(a) < first_target and self.rng.random() < 0.5:
         a += s
       else:
         b += s
     a = a[:self.max - 2]
     b = b[:max(0, self.max - len(a) - 3)]
     self.sentences, self.length = [], 0
-    self.target = random.randint(5, self.max) if random.random() < 0.05 else self.max
+    self.target = self.rng.randint(5, self.max) if self.rng.random() < 0.05 else self.max
     ids = [CLS] + a + [SEP] + (b + [SEP] if b else [])
     seg = [0] * (len(a) + 2) + [1] * (len(b) + 1 if b else 0)
     pad = self.max - len(ids)
@@ -119,13 +122,6 @@ class ReadmeLoopWriter:
       if line or self.blanks:
         self.add_line(line)
     self.add_line("")
-
-
-@pytest.fixture
-def module_random():
-  state = random.getstate()
-  yield random
-  random.setstate(state)
 
 
 @pytest.fixture(scope="module")
@@ -161,7 +157,7 @@ def test_golden_examples_and_random_calls(reference_dir, tmp_path):
   (7, 37, True, 5, True, True), (2024, 200, False, 64, False, True),
   (3, 128, True, 1000, True, False)])
 def test_other_settings_match_the_readme_loop_written_here(reference_dir, data_dir, vocab_file,
-                                                         tmp_path, module_random, seed, max_len,
+                                                         tmp_path, seed, max_len,
                                                          blanks, chunk, lower, strip):
   # Real UTF-8 text (the oracle reads like the official GFile loop, which rejects Latin-1); the
   # tokenizer test corpus brings accents, CJK, control characters and more.
@@ -174,11 +170,11 @@ def test_other_settings_match_the_readme_loop_written_here(reference_dir, data_d
                        strip_accents=strip, num_out_files=1, seed=seed, chunk_lines=chunk)
   bpd.build(args)
 
-  random.seed(seed)
+  rng = random.Random(seed)
   tokenizer = tokenization.FullTokenizer(vocab_file, do_lower_case=lower, strip_accents=strip)
-  oracle = ReadmeLoopWriter(tokenizer, max_len, blanks)
+  oracle = ReadmeLoopWriter(tokenizer, max_len, blanks, rng)
   names = sorted(os.listdir(corpus))
-  random.shuffle(names)
+  rng.shuffle(names)
   for name in names:
     oracle.write_file(os.path.join(corpus, name))
   got = read_examples(args.output_dir)
@@ -580,7 +576,7 @@ def make_owt(root, docs_by_subset, as_archive):
 
 @pytest.mark.parametrize("as_archive", [True, False])
 def test_openwebtext_layout_and_order(data_dir, vocab_file, full_tokenizer, tmp_path,
-                                      module_random, as_archive):
+                                      as_archive):
   speeches = sorted((data_dir / "state_union").glob("19[89]*.txt"))
   speeches = [p for p in speeches if b"\xa1" not in p.read_bytes()][:9]
   docs_by_subset = {f"urlsf_subset00-{k}_data.xz":
@@ -597,15 +593,15 @@ def test_openwebtext_layout_and_order(data_dir, vocab_file, full_tokenizer, tmp_
     + ["pretrain_tfrecords", "stage", "vocab.txt"]  # tmp/ removed
   got = read_examples(data / "pretrain_tfrecords")
 
-  # Oracle: official order with module-level random: shuffle subsets, then each subset's
+  # Oracle: official order with random.seed(9)'s stream: shuffle subsets, then each subset's
   # (sorted) documents; every document ends an example; blank lines are skipped.
-  random.seed(9)
-  oracle = ReadmeLoopWriter(full_tokenizer, 64, blanks_separate_docs=False)
+  rng = random.Random(9)
+  oracle = ReadmeLoopWriter(full_tokenizer, 64, blanks_separate_docs=False, rng=rng)
   subsets = sorted(docs_by_subset)
-  random.shuffle(subsets)
+  rng.shuffle(subsets)
   for subset in subsets:
     docs = sorted(docs_by_subset[subset])
-    random.shuffle(docs)
+    rng.shuffle(docs)
     for _, path in docs:
       oracle.write_file(path)
   assert len(got) > 100
