@@ -25,7 +25,8 @@ runs), a paused holder (SIGSTOP past the lease, a short one: a second run takes 
 the lease and completes, then SIGCONT: the first stops in one line and writes nothing), a
 SIGKILL at a step of the fine-tuning set-aside (before its journal, after a move, after the
 end), or a SIGKILL / SIGTERM of worker 1 of two. The first fault of each trial is one of the
-newer kinds (chaos_plan.first_fault), in turn, so 40 trials reach each at least 3 times; at
+newer kinds, SIGTERM or ENOSPC (chaos_plan.first_fault), in turn, so 40 trials reach each
+kind at least 3 times; at
 a moment: a time since the process started (signals only; from 0.1 s on: before that Python
 itself starts), or before, during
 or after the k-th call of a hooked function (chaos_inject/sitecustomize.py HOOKS: checkpoint
@@ -67,7 +68,8 @@ one line, never a traceback.
 Timed moments are stretched by how much slower than the reference the latest runs started.
 
 One line per trial; a failing one ends with the arguments replaying it alone. Then the trials
-failing each check, the faults reached of those drawn per kind, and last:
+failing each check, the faults reached of those drawn per kind (and the kinds reached fewer
+than 3 times), and last:
 ``chaos: <P>/<N> runs complete, nothing lost | <L> lost, <T> tracebacks (<K> faults reached of
 <M> drawn)`` (P: trials passing every check; L: trials that lost saved work; T: runs whose
 output held a traceback). Exit status 1 if any check failed in any trial.
@@ -199,6 +201,9 @@ def headline(outcomes: list[Outcome]) -> list[str]:
       drawn[fault] += 1
       reached[fault] += hit
   kinds = ", ".join(f"{f} {reached[f]}/{drawn[f]}" for f in FAULTS)
+  few = [f for f in FAULTS if reached[f] < 3]
+  kinds += f"; reached fewer than 3 times: {', '.join(few)}" if few else \
+      "; every kind reached at least 3 times"
   passed = sum(1 for o in outcomes if not o.failed)
   lost = sum(1 for o in outcomes if o.problems["lost"] or o.problems["aside"])
   tracebacks = sum(len(o.problems["tracebacks"]) for o in outcomes)
