@@ -14,7 +14,7 @@ from typing import Any
 
 import tensorflow as tf
 
-from electra_tf import checkpoints, training
+from electra_tf import checkpoints, folder_lock, training
 from electra_tf.config import FinetuningConfig
 from electra_tf.console import log
 from electra_tf.finetuning import features, outputs
@@ -117,6 +117,7 @@ class ModelRunner:
                                     seed=self.seed, vocab_size=c.vocab_size,
                                     skip_examples=consumed // ctx.num_input_pipelines)
 
+    folder_lock.check_held(self.model_dir)  # paused past its lease: not a line more
     log(f"Training for {steps} steps ({n_records} records, batch {c.train_batch_size}, "
         f"{c.num_train_epochs} epochs)")
     trainer.train(dataset_fn)

@@ -143,3 +143,13 @@ def sum_micro_batches(run: MicroBatchRun, k: int, losses_summed: bool
   if losses_summed:  # the update's loss is the sum of the micro-batch losses
     outputs["total_loss"] = sums["total_loss"]
   return grads, outputs
+
+
+def plan_line(micro_batches: int, global_batch: int, replicas: int,
+              variables: Sequence[tf.Variable]) -> str:
+  """The line on the micro-batches of an update and the float32 accumulators' memory."""
+  mib = accumulator_bytes(variables) / 2**20
+  return (f"Gradient accumulation: {micro_batches} micro-batches of "
+          f"{global_batch // (replicas * micro_batches)} examples per replica per update "
+          f"(global batch {global_batch}); float32 gradient accumulators: {mib:.3g} MiB per "
+          "replica")

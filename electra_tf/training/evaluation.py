@@ -8,6 +8,7 @@ from collections.abc import Callable, Sequence
 import tensorflow as tf
 import tf_keras
 
+from electra_tf import folder_lock
 from electra_tf.training import monitoring, step_loop
 from electra_tf.training.errors import InputDataError, data_error_line
 
@@ -33,6 +34,7 @@ def run(loop: Callable, iterator, num_steps: int, metrics: Sequence[tf_keras.met
 def write(results: dict[str, float], model_dir: str, results_file: str | None) -> None:
   """TensorBoard scalars in model_dir/eval at the results' global_step, and `results_file`
   (monitoring.write_results) if given."""
+  folder_lock.check_held(model_dir)  # a run that lost its lease writes nothing more
   step = results["global_step"]
   writer = tf.summary.create_file_writer(f"{model_dir}/eval")
   with writer.as_default():

@@ -33,6 +33,7 @@ from collections.abc import Callable, Mapping, Sequence
 import tensorflow as tf
 import tf_keras
 
+from electra_tf import folder_lock
 from electra_tf.console import error_line, log
 from electra_tf.training import (
   accumulation,
@@ -146,8 +147,7 @@ class Trainer:
     self._saver = stops.StepSaver(self._keeper, self._saved_variables, strategy,
                                   self._collective_stop, log_fn)
     self._default_eval_step = model_step_fn(model, training=False)
-    self._restored = False
-    self._accumulation_logged = False
+    self._restored = self._accumulation_logged = False
     self._train_loop = None
     self._input_guard: worker_data.InputErrorGuard | None = None
     self._eval_loops: dict[int, Callable] = {}
@@ -228,6 +228,7 @@ class Trainer:
       dataset_fn = lambda input_context: guard.guard(inner_fn(input_context))  # noqa: E731
     iterator = (input_state.open() if input_state is not None and input_state.saved
                 else iter(self.strategy.distribute_datasets_from_function(dataset_fn)))
+    self._check_lease()
     writer = (tf.summary.create_file_writer(s.model_dir) if self.is_chief
               else tf.summary.create_noop_writer())
     progress = monitoring.Progress(s.num_train_steps, step, s.train_batch_size,
@@ -236,7 +237,11 @@ class Trainer:
     logged: dict[str, float] = {}
     for metric in metrics:
       metric.reset_state()
-    self._log_accumulation()
+    k = self._replica_train_step.micro_batches
+    if k > 1 and not self._accumulation_logged:  # one line, once
+      self._accumulation_logged = True
+      self.log_fn(accumulation.plan_line(k, s.train_batch_size, self._num_replicas,
+                                         self.model.trainable_variables))
     try:
       with self._stop.watching(), lost_worker.reported(self._collective_stop, self._keeper.latest,
                                                        self.global_step):
@@ -269,6 +274,7 @@ class Trainer:
                     f"{s.num_train_steps}; saving and stopping")
       end = result.exhausted or result.stopped or step >= s.num_train_steps
       if result.done and (end or step % s.iterations_per_loop == 0):
+        self._check_lease()
         logged = progress.log(
             step, monitoring.learning_rate_of(self.optimizer),
             {m.name: float(m.result()) for m in metrics},
@@ -295,17 +301,11 @@ class Trainer:
     except (tf.errors.InvalidArgumentError, tf.errors.DataLossError) as e:
       raise self._saver.data_error(e, int(self.global_step.numpy())) from None
 
-  def _log_accumulation(self) -> None:
-    """One line, once, on the micro-batches of an update and the accumulators' memory."""
-    k = self._replica_train_step.micro_batches
-    if k == 1 or self._accumulation_logged:
-      return
-    self._accumulation_logged = True
-    batch = self.settings.train_batch_size
-    mib = accumulation.accumulator_bytes(self.model.trainable_variables) / 2**20
-    self.log_fn(f"Gradient accumulation: {k} micro-batches of "
-                f"{batch // (self._num_replicas * k)} examples per replica per update (global "
-                f"batch {batch}); float32 gradient accumulators: {mib:.3g} MiB per replica")
+  def _check_lease(self) -> None:
+    """On the chief: one line (LostLockError) when this run lost model_dir's lock (paused past
+    its lease) before it writes a summary or a line of its own."""
+    if self.is_chief:
+      folder_lock.check_held(self.settings.model_dir)
 
   def _run_interval_hooks(self, step: int, logged: dict[str, float], *,
                           writer: tf.summary.SummaryWriter) -> list[str]:

@@ -382,3 +382,26 @@ def test_train_loop_holds_the_step_once(tmp_path):
   # one step of the toy model: 2 forward matmuls, both weight gradients, the head's input gradient
   assert sorted(n for n in per_function if n) == [5]
 
+
+
+def test_a_trainer_that_lost_its_lease_after_the_restore_writes_nothing(tmp_path):
+  """Paused right after its restore past the lease, the run another run took over: training
+  stops with the one line before any TensorBoard event or progress line, evaluation too."""
+  from electra_tf import folder_lock
+
+  strategy = _one_device()
+  model, optimizer = toy_train.build(strategy, 4)
+  lines = []
+  trainer = training.Trainer(strategy, model, optimizer,
+                             training.TrainSettings(str(tmp_path), 4, 2),
+                             step_fn=toy_train.toy_step_fn(model), log_fn=lines.append)
+  assert trainer.restore_or_initialize() == 0
+  before = sorted(os.listdir(tmp_path))
+  lost = rf"^this run lost its lock on {tmp_path} to another run \(host node-2, .*; stopping"
+  with procs.renewed_lock(tmp_path / folder_lock.LOCK_NAME, host="node-2"):
+    with pytest.raises(folder_lock.LostLockError, match=lost):
+      trainer.train(toy_train.dataset_fn(8))
+    with pytest.raises(folder_lock.LostLockError, match=lost):
+      trainer.evaluate(toy_train.dataset_fn(8), num_steps=1)
+    assert sorted(os.listdir(tmp_path)) == before and lines == []
+  folder_lock.release(str(tmp_path))
