@@ -181,12 +181,14 @@ def test_restart_does_not_move_a_folder_another_run_uses(tmp_path):
   model_dir = tmp_path / "run"
   with procs.renewed_lock(model_dir / folder_lock.LOCK_NAME):
     (model_dir / "checkpoint").write_text('model_checkpoint_path: "ckpt-1"\n')
+    (model_dir / "ckpt-2_temp").mkdir()  # a save killed mid-write: the holder's to remove
+    (model_dir / "ckpt-2_temp" / "part-00000-of-00001.data-00000-of-00001").write_text("x")
     with pytest.raises(folder_lock.FolderLockedError, match="is in use by another run"):
       restart.move_aside(str(model_dir))
-  assert (model_dir / "checkpoint").exists()
+  assert (model_dir / "checkpoint").exists() and (model_dir / "ckpt-2_temp").exists()
   (model_dir / folder_lock.LOCK_NAME).unlink()  # that run ended, releasing it
   assert restart.move_aside(str(model_dir)) == f"{model_dir}.before-restart-1"
-  assert not (tmp_path / "run.before-restart-1" / folder_lock.LOCK_NAME).exists()
+  assert sorted(os.listdir(tmp_path / "run.before-restart-1")) == ["checkpoint"]  # nothing partial
   assert not [p for p in folder_lock.held() if p.startswith(str(model_dir))]
 
 

@@ -1,5 +1,6 @@
-"""`--restart`: start from step 0 in a model folder that holds checkpoints, deleting nothing.
-A folder another run holds (folder_lock.py) is refused in one line, not moved.
+"""`--restart`: start from step 0 in a model folder that holds checkpoints, deleting nothing but
+the `ckpt-<N>_temp/` folders of killed saves (never resumable, as a resume's start-up deletes
+them too). A folder another run holds (folder_lock.py) is refused in one line, not moved.
 
 The chief renames the folder to `<folder>.before-restart-<n>` (the first free n) before
 anything reads it. With several workers (TF_CONFIG) the others must not read the old folder
@@ -19,6 +20,7 @@ from collections.abc import Callable
 import tensorflow as tf
 
 from electra_tf import checkpoints, folder_lock
+from electra_tf.training.checkpoint_files import remove_stale_temp_dirs
 from electra_tf.training.checkpointing import complete_checkpoints
 
 WAIT_SECONDS = 600.0  # for the chief to start and move the folder
@@ -54,6 +56,7 @@ def move_aside(model_dir: str) -> str | None:
   if not holds_run(model_dir):
     return None
   folder_lock.acquire(model_dir)  # refused in one line while another run uses the folder
+  remove_stale_temp_dirs(model_dir)  # the holder's to remove: nothing partial goes aside
   base, n = model_dir.rstrip("/"), 1
   while tf.io.gfile.exists(f"{base}.before-restart-{n}"):
     n += 1
