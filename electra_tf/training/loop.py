@@ -174,9 +174,10 @@ class Trainer:
     continues the schedule from there.
     """
     try:
-      path, status = self._keeper.restore(
-          self.log_fn, lambda: checkpoint_restore.non_finite_variable(self._saved_variables),
-          functools.partial(every_worker, self.strategy))
+      with lost_worker.reported(self._collective_stop, self._keeper.latest):  # a peer lost
+        path, status = self._keeper.restore(
+            self.log_fn, lambda: checkpoint_restore.non_finite_variable(self._saved_variables),
+            functools.partial(every_worker, self.strategy))
     except Exception as e:
       e.exit_at_once = self._collective_stop  # the other workers stop too: no teardown wait
       raise
@@ -302,8 +303,7 @@ class Trainer:
       raise self._saver.data_error(e, int(self.global_step.numpy())) from None
 
   def _check_lease(self) -> None:
-    """On the chief: one line (LostLockError) when this run lost model_dir's lock (paused past
-    its lease) before it writes a summary or a line of its own."""
+    """On the chief: stops with one line (LostLockError) once this run lost model_dir's lock."""
     if self.is_chief:
       folder_lock.check_held(self.settings.model_dir)
 

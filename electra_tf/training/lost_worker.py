@@ -36,10 +36,11 @@ from tensorflow.python.eager import context
 
 DEFAULT_SECS = 60.0
 COORDINATED_JOBS = ("chief", "worker")  # the jobs MultiWorkerMirroredStrategy coordinates
-# Errors a collective or a heartbeat fails with when a peer is gone.
+# Errors a collective, a heartbeat or a barrier (InternalError) fails with when a peer is gone.
 PEER_ERRORS = (tf.errors.UnavailableError, tf.errors.DeadlineExceededError,
-               tf.errors.AbortedError, tf.errors.CancelledError)
+               tf.errors.AbortedError, tf.errors.CancelledError, tf.errors.InternalError)
 _TASK = re.compile(r"/job:(\w+)/(?:replica:\d+/)?task:(\d+)")
+_TIMED_OUT = re.compile(_TASK.pattern + " heartbeat timeout")
 _CLUSTER_SIGNS = ("Collective ops is aborted", "CoordinationService", "stopped sending heartbeats")
 
 
@@ -115,6 +116,9 @@ def lost_peer(message: str) -> str | None:
       tasks.append(m.groups())
     names = [_name(*t) for t in tasks if t != own] or ["another worker"]
     return f"{', '.join(names)} stopped sending heartbeats"
+  m = next((m for m in _TIMED_OUT.finditer(message) if m.groups() != own), None)
+  if m is not None:  # a barrier's: "Task /job:J/replica:0/task:N heartbeat timeout"
+    return f"{_name(*m.groups())} stopped sending heartbeats"
   if "CoordinationService/Heartbeat" in message:
     return f"the coordination service on {_leader()} stopped answering this worker's heartbeats"
   m = next((m for m in _TASK.finditer(message) if m.groups() != own), None)

@@ -140,8 +140,16 @@ LEADER = ("Graph execution error:\n\nCollective ops is aborted by: Deadline Exce
           "RPC: /tensorflow.CoordinationService/Heartbeat\n")
 
 
+BARRIER = ("Barrier failed because: task is set to ERROR: UNAVAILABLE: Task "
+           "/job:worker/replica:0/task:1 heartbeat timeout. This indicates that the remote task "
+           "has failed, got preempted, or crashed unexpectedly. [type.googleapis.com/tensorflow."
+           "CoordinationServiceError='']. Barrier Id: electra_every_worker_0::0, Task: "
+           "/job:worker/replica:0/task:0")
+
+
 @pytest.mark.parametrize("me, message, said", [
     (0, SERVICE, "worker 1 stopped sending heartbeats"),
+    (0, BARRIER, "worker 1 stopped sending heartbeats"),
     (1, RESET, "worker 0 stopped answering (its connection failed)"),
     (1, LEADER, "the coordination service on worker 0 stopped answering this worker's heartbeats"),
     (0, "Graph execution error:\n\nread of gs://bucket/data failed: connection reset", None),
@@ -168,6 +176,9 @@ def test_a_lost_peer_becomes_one_line_and_other_errors_pass(monkeypatch):
                      r"checkpoint: m/ckpt-5; rerun every worker to resume from it$"):
     with lost_worker.reported(True, lambda: "m/ckpt-5", tf.Variable(7, dtype=tf.int64)):
       raise aborted
+  with pytest.raises(lost_worker.WorkerLostError, match="^stopped: worker 1 stopped sending "):
+    with lost_worker.reported(True, lambda: None):  # the barrier after the restore's gather
+      raise tf.errors.InternalError(None, None, BARRIER)
   with pytest.raises(tf.errors.UnavailableError):  # one worker: not about a peer
     with lost_worker.reported(False, lambda: None):
       raise aborted
