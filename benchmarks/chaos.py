@@ -2,7 +2,7 @@
 writes, starts them twice and cuts their power at moments drawn from a seed, reruns each until
 it completes, and checks that nothing was lost.
 
-    python benchmarks/chaos.py [--trials 40] [--seed 0] [--only K[,K...]] [--jobs 2]
+    python benchmarks/chaos.py [--trials 60] [--seed 0] [--only K[,K...]] [--jobs 2]
 
 Trial K (odd: pre-training, even: fine-tuning) takes its kind's settings in turn (pre-training:
 plain, gradient accumulation, float16 mixed precision, a second run with --restart, or two
@@ -25,8 +25,8 @@ runs), a paused holder (SIGSTOP past the lease, a short one: a second run takes 
 the lease and completes, then SIGCONT: the first stops in one line and writes nothing), a
 SIGKILL at a step of the fine-tuning set-aside (before its journal, after a move, after the
 end), or a SIGKILL / SIGTERM of worker 1 of two. The first fault of each trial is one of the
-newer kinds, SIGTERM or ENOSPC (chaos_plan.first_fault), in turn, so 40 trials reach each
-kind at least 3 times; at
+newer kinds, SIGTERM, ENOSPC, a write error or two SIGINTs (chaos_plan.first_fault), in turn,
+so the default 60 trials reach each kind at least 3 times; at
 a moment: a time since the process started (signals only; from 0.1 s on: before that Python
 itself starts), or before, during
 or after the k-th call of a hooked function (chaos_inject/sitecustomize.py HOOKS: checkpoint
@@ -97,6 +97,8 @@ import chaos_runs as runs  # noqa: E402
 from chaos_plan import FAULTS, draw_kills, kind_of, variant_of  # noqa: E402
 from chaos_trial import CHECKS, FOLDER, Outcome, Pace, guarded_trial  # noqa: E402
 
+DEFAULT_TRIALS = 60  # each leading kind leads 4 or more plain trials (chaos_plan.LEADS)
+
 
 def reference_name(kind: str, variant: str) -> str:
   """The work folder's name for the reference run of (kind, variant)."""
@@ -137,7 +139,7 @@ def line(out: Outcome, n: int, seed: int) -> str:
 
 def main() -> int:
   p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-  p.add_argument("--trials", type=int, default=40)
+  p.add_argument("--trials", type=int, default=DEFAULT_TRIALS)
   p.add_argument("--seed", type=int, default=0)
   p.add_argument("--only", default="", help="comma-separated trial numbers to run alone")
   p.add_argument("--jobs", type=int, default=2, help="trials run at the same time")

@@ -15,10 +15,10 @@ FAULTS = {"SIGKILL": 20, "SIGINT": 12, "SIGTERM": 12, "SIGINT x2": 8, "power cut
           # trials it fits, in turn: LEADS)
           "bind mount": 4, "pid namespace": 4, "paused holder": 4, "no hard links": 4,
           "persistent read error": 4, "unsynced cut": 8, "set-aside kill": 0, "worker 1": 0}
-# the first faults of the plain trials, in turn: the faults of shared storage, and the two a
-# random draw behind them reaches fewer than 3 times in 40 trials (SIGTERM, ENOSPC)
+# the first faults of the plain trials, in turn: the faults of shared storage, and those the
+# random draw behind the leads reached fewer than 3 times in 40 trials
 LEADS = ("bind mount", "pid namespace", "paused holder", "no hard links",
-         "persistent read error", "unsynced cut", "SIGTERM", "ENOSPC")
+         "persistent read error", "unsynced cut", "SIGTERM", "ENOSPC", "write error", "SIGINT x2")
 SIGNALS = {"SIGKILL": "SIGKILL", "SIGINT": "SIGINT", "SIGTERM": "SIGTERM", "SIGINT x2": "SIGINT",
            "power cut": "SIGKILL", "unsynced cut": "SIGKILL", "set-aside kill": "SIGKILL",
            "paused holder": "SIGSTOP"}
@@ -57,7 +57,7 @@ def _plain(seed: int, k: int) -> bool:
 def first_fault(seed: int, k: int) -> str:
   """The fault a trial meets first: a fault on worker 1 (two workers), a kill in the set-aside
   (a setting changed after the first run: "sets aside"), else the kinds of LEADS in turn
-  over these trials, from a place drawn from the seed (each kind in every eighth)."""
+  over these trials, from a place drawn from the seed (each kind in every tenth)."""
   v = runs.VARIANTS[kind_of(k)][variant_of(seed, k)]
   if v.get("workers", 1) > 1:
     return "worker 1"
