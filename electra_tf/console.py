@@ -347,10 +347,9 @@ def one_line_errors(prog: str, verbose: bool = False) -> Iterator[None]:
     yield
   except SystemExit:
     raise
-  except KeyboardInterrupt:
-    sys.stderr.write(f"{prog}: interrupted\n")
-    sys.exit(130)
   except Exception as e:  # noqa: BLE001 -- the edge of the program: one line, not a traceback
+    if _disguised_interrupt(e):
+      _interrupted(prog)
     at_once = getattr(e, "exit_at_once", False)
     if isinstance(getattr(e, "exit_code", None), int):
       sys.stderr.write(f"{prog}: {e}\n")
@@ -365,6 +364,20 @@ def one_line_errors(prog: str, verbose: bool = False) -> Iterator[None]:
       sys.stderr.write(f"{prog}: error: {error_line(e)}\n")
       _exit_at_once(1)
     sys.exit(f"{prog}: error: {error_line(e)}")
+  except KeyboardInterrupt:
+    _interrupted(prog)
+
+
+def _interrupted(prog: str) -> None:
+  sys.stderr.write(f"{prog}: interrupted\n")
+  sys.exit(130)
+
+
+def _disguised_interrupt(error: Exception) -> bool:
+  """A Ctrl-C whose handler ran while pybind11 was turning a C++ error (a tf.io.gfile
+  NotFoundError) into Python: pybind11 reports it as a RuntimeError naming both."""
+  return (isinstance(error, RuntimeError)
+          and "REPLACED BY KeyboardInterrupt" in str(error) and "pybind11" in str(error))
 
 
 def _exit_at_once(status: int) -> None:

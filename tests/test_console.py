@@ -211,3 +211,17 @@ def test_venv_command_runs_as_printed(tmp_path, monkeypatch):
     proc = subprocess.run(["bash", "-c", f"{command} --version_tb"], cwd=folder, env=env,
                           capture_output=True, text=True, timeout=300)
     assert proc.returncode == 0 and proc.stdout.strip(), (command, proc.stderr[-2000:])
+
+
+@pytest.mark.parametrize("error", [
+    KeyboardInterrupt(),
+    RuntimeError("pybind11::error_already_set: MISMATCH of original and normalized active "
+                 "exception types: ORIGINAL NotFoundError REPLACED BY KeyboardInterrupt: "
+                 "<EMPTY MESSAGE>")])
+def test_a_ctrl_c_is_one_line_and_130_even_inside_a_native_error(capsys, error):
+  """A second Ctrl-C that lands while pybind11 translates a C++ error comes back as a
+  RuntimeError naming the KeyboardInterrupt: still the interrupt's line and status."""
+  with pytest.raises(SystemExit) as exit_info, console.one_line_errors("prog"):
+    raise error
+  assert exit_info.value.code == 130 and capsys.readouterr().err == "prog: interrupted\n"
+
