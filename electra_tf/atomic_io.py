@@ -44,7 +44,7 @@ import uuid
 from collections.abc import Callable, Iterator
 from typing import Any
 
-_TMP = ".tmp-"
+TMP = ".tmp-"  # in a temporary name: .<name>.tmp-<pid>-<host key>-<random>
 write_checks: list[Callable[[str], None]] = []  # called with a path before it is replaced
 
 
@@ -147,7 +147,7 @@ _HOST = _host_key()
 
 def _temp_name(path: str) -> str:
   parent, name = os.path.split(path)
-  return os.path.join(parent, f".{name}{_TMP}{os.getpid()}-{_HOST}-{uuid.uuid4().hex[:8]}")
+  return os.path.join(parent, f".{name}{TMP}{os.getpid()}-{_HOST}-{uuid.uuid4().hex[:8]}")
 
 
 LEASE_ENV = "ELECTRA_LOCK_LEASE_SECONDS"
@@ -200,7 +200,7 @@ def remove_leftovers(path: str, keep: str | None = None) -> list[str]:
   another process's lock covers); returns them."""
   parent, name = os.path.split(path.rstrip("/"))
   parent = parent or "."
-  prefix = f".{name}{_TMP}"
+  prefix = f".{name}{TMP}"
   fs = _gfile() if _remote(path) else None
   try:
     names = fs.listdir(parent) if fs else os.listdir(parent)

@@ -290,10 +290,19 @@ atomic_io.write_checks.append(check_held)
 atomic_io.may_clean[:] = [_may_clean]
 
 
+def _remove_leftovers_in(folder: str) -> None:
+  """The new holder cleans the top of its folder: the temporary files killed writes left there
+  (the lock files of killed starters included), each as atomic_io.remove_leftovers judges."""
+  with contextlib.suppress(OSError):
+    hidden = [n for n in os.listdir(folder) if n.startswith(".") and atomic_io.TMP in n[1:]]
+    for name in sorted({n[1:n.index(atomic_io.TMP, 1)] for n in hidden}):
+      atomic_io.remove_leftovers(os.path.join(folder, name))
+
+
 def _hold(path: str) -> None:
   lock_lease.hold(path)
   if "://" not in path:
-    atomic_io.remove_leftovers(path)  # the temporary lock files of killed starters
+    _remove_leftovers_in(os.path.dirname(path))
   if not _at_exit:
     atexit.register(release_all)
     _at_exit.append(True)

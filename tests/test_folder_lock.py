@@ -20,7 +20,7 @@ import pytest
 from helpers import procs
 from helpers.paths import HELPERS, REPO_ROOT
 
-from electra_tf import folder_lock, lock_lease
+from electra_tf import atomic_io, folder_lock, lock_lease
 
 LEASE = 3.0
 TOY = HELPERS / "toy_train.py"
@@ -370,3 +370,28 @@ def test_a_run_that_cannot_see_the_holders_process_decides_before_it_prints(tmp_
   assert time.monotonic() - started < 1 and note.startswith("Took over the lock")
   assert len(capsys.readouterr().out.splitlines()) == 1  # check_free's line only
   folder_lock.release(str(tmp_path / "lapsed"))
+
+
+def test_the_new_holder_removes_what_killed_writes_left_in_its_folder(tmp_path):
+  """A stale lock kept every write from cleaning the folder (only a holder may): the run that
+  takes the lock removes the temp files of dead writers at the top of it, and nothing else."""
+  dead = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"],
+                        capture_output=True, text=True, check=True).stdout.strip()
+  live = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
+  try:
+    model_dir = tmp_path / "run"
+    model_dir.mkdir()
+    (model_dir / folder_lock.LOCK_NAME).write_text(json.dumps(
+        {"run": "gone", "beat": 1, "host": socket.gethostname(), "pid": int(dead)}))
+    key = atomic_io._HOST
+    left = [f".hparams.json.tmp-{dead}-{key}-0a1b2c3d", f".tasks.json.tmp-{dead}-{key}-1a1b2c3d"]
+    kept = [f".vocab.txt.tmp-{live.pid}-{key}-2a1b2c3d", ".notes", "hparams.json", "x.tmp-1"]
+    for name in left + kept:
+      (model_dir / name).write_text("x")
+    assert not atomic_io.unlocked(str(model_dir))  # before: the stale lock kept them
+    folder_lock.acquire(str(model_dir))
+    assert sorted(os.listdir(model_dir)) == sorted(kept + [folder_lock.LOCK_NAME])
+    folder_lock.release(str(model_dir))
+  finally:
+    live.kill()
+    live.wait()

@@ -131,7 +131,6 @@ def test_a_process_without_the_folders_lock_deletes_nothing_there(tmp_path):
   dead = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"],
                         capture_output=True, text=True, check=True).stdout.strip()
   leftover = tmp_path / f".hparams.json.tmp-{dead}-{atomic_io._HOST}-0a1b2c3d"
-  leftover.write_text("{")
   holder = subprocess.Popen([sys.executable, "-c", "import sys\n"
                              "from electra_tf import atomic_io, folder_lock\n"
                              "folder_lock.acquire(sys.argv[1]); print('got', flush=True)\n"
@@ -141,6 +140,7 @@ def test_a_process_without_the_folders_lock_deletes_nothing_there(tmp_path):
                             env=ENV, stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
   try:
     assert holder.stdout.readline().strip() == "got"
+    leftover.write_text("{")  # after the holder's start-up cleaning (test_folder_lock.py)
     subprocess.run([sys.executable, "-c", _WRITE, str(tmp_path / "hparams.json")], env=ENV,
                    check=True, timeout=120)  # a worker's write
     assert leftover.exists()

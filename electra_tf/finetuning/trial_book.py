@@ -14,7 +14,7 @@ from typing import Any
 
 import tensorflow as tf
 
-from electra_tf import atomic_io, checkpoints
+from electra_tf import atomic_io, checkpoints, folder_lock
 from electra_tf.config import FinetuningConfig
 from electra_tf.console import error_line, log
 from electra_tf.finetuning import outputs, set_aside
@@ -243,6 +243,7 @@ class TrialBook:
     """The trial's folder, to resume (its settings are this run's: the others were moved
     aside) or to start afresh, with its settings, shape and vocabulary written."""
     folder = self.trial_dir(trial)
+    folder_lock.check_held(folder)  # paused past its lease: not a line, not a removal more
     atomic_io.remove_leftovers(folder)
     if checkpointing.complete_checkpoints(folder):
       log(f"Resuming trial {trial} from {folder}")

@@ -37,3 +37,27 @@ def test_a_trials_folder_and_record(tmp_path):
   model_dir = book.config.model_dir
   assert book.trial_dir(2) == f"{model_dir}_2"
   assert book.record_path(2) == f"{model_dir}_trials/trial_2.json"
+
+
+def test_a_run_that_lost_its_lease_prepares_no_trial_folder(tmp_path, capsys):
+  """Paused past its lease right before a trial's folder, the run another run took over stops
+  with the one line: nothing printed before it, nothing removed or written."""
+  import os
+
+  import pytest
+  from helpers import procs
+
+  from electra_tf import folder_lock
+
+  book = _book(tmp_path)
+  trials = f"{book.config.model_dir}_trials"
+  folder_lock.acquire(trials)
+  parent, name = os.path.split(book.trial_dir(2))
+  with open(os.path.join(parent, f".{name}.tmp-1-0a1b2c3d-0a1b2c3d"), "w") as f:
+    f.write("x")  # a killed staged write's leftover: not this run's to remove any more
+  before = sorted(os.listdir(parent))
+  with procs.renewed_lock(os.path.join(trials, folder_lock.LOCK_NAME), host="node-2"):
+    with pytest.raises(folder_lock.LostLockError, match="^this run lost its lock on "):
+      book.prepare_dir(2)
+  assert sorted(os.listdir(parent)) == before and capsys.readouterr().out == ""
+  folder_lock.release(trials)
