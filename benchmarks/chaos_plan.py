@@ -127,8 +127,11 @@ def _place(rng: random.Random, fault: str, left: float, stats: dict) -> dict:
     kill.update(at=hook, call=1 + int(u * n), when=PAUSE_AT[hook], delay=0.0)
   elif signal and (at_start or not calls):
     span = stats["restore_t"] + (stats["seconds"] - stats["restore_t"]) * left
+    # worker 1 once the cluster formed: a worker lost before every worker joined is waited
+    # for by TensorFlow's cluster registration, not by --lost_worker_secs (docs/stopping.md)
+    low = stats["restore_t"] if fault == "worker 1" else FIRST_MOMENT
     kill.update(at="start", call=0, when="during",
-                delay=round(FIRST_MOMENT + u * max(span - FIRST_MOMENT, 0.0), 3))
+                delay=round(low + u * max(span - low, 0.0), 3))
   else:
     hooks = sorted(calls) if signal else sorted(set(ERROR_AT[fault]) & set(calls))
     hook = hooks[int(hook_u * len(hooks))]
