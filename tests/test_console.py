@@ -12,6 +12,7 @@ import sys
 import tarfile
 
 import pytest
+from helpers import procs
 from helpers.paths import REPO_ROOT
 
 from electra_tf import console
@@ -24,7 +25,8 @@ ENV["PYTHONPATH"] = str(REPO_ROOT)
 
 def _run(*args, timeout=300):
   proc = subprocess.run([sys.executable, *map(str, args)], cwd=REPO_ROOT, env=ENV,
-                        capture_output=True, text=True, timeout=timeout)
+                        capture_output=True, text=True, timeout=timeout,
+                        preexec_fn=procs.sigint_as_a_terminal)
   return proc, (proc.stdout + proc.stderr).splitlines()
 
 

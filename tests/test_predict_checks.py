@@ -12,7 +12,7 @@ import subprocess
 import sys
 
 import pytest
-from helpers import tiny_litert
+from helpers import procs, tiny_litert
 from helpers.paths import REPO_ROOT
 
 from electra_tf.interop import predicting, prediction_output, prediction_rows, serving_models
@@ -166,7 +166,8 @@ def test_sigint_midway_leaves_no_output(export, tmp_path):
   output = tmp_path / "out.jsonl"
   proc = subprocess.Popen([sys.executable, "-c", BLOCK_TF, f"--model={export / 'litert'}",
                            f"--input={rows}", f"--output={output}"], cwd=REPO_ROOT, env=ENV,
-                          stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+                          stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                          preexec_fn=procs.sigint_as_a_terminal)
   first = proc.stdout.readline()  # the first progress line: rows are being written
   assert first.startswith("predict: 3000/30000 rows (10%)"), first
   staged = [p for p in os.listdir(tmp_path) if p.startswith(".out.jsonl.tmp")]

@@ -19,6 +19,13 @@ from collections.abc import Iterator
 import pytest
 
 
+def sigint_as_a_terminal() -> None:
+  """A child's ``preexec_fn``: SIGINT back to its default, as a terminal starts a command (a
+  suite started in the background, ``cmd &``, hands its children SIGINT ignored, and Python
+  then installs no KeyboardInterrupt handler)."""
+  signal.signal(signal.SIGINT, signal.SIG_DFL)
+
+
 def finish(proc: subprocess.Popen, timeout: float = 120) -> str:
   """The process's combined output once it exits; a test failure (with the output's tail) if it
   outlives `timeout` seconds."""
