@@ -91,6 +91,10 @@ def define_flags() -> None:
   flags.DEFINE_integer("num_gpus", None, "GPUs to use (default: every visible GPU).")
   flags.DEFINE_string("tpu", None, "TPU name or address ('' = local; default: tpu_name hparam).")
   flags.DEFINE_bool("jit_compile", False, "XLA-compile the forward and backward pass.")
+  flags.DEFINE_bool("xla_elementwise", False, "XLA-compile only each layer's elementwise work "
+                    "(GELU, softmax + dropout, dropout + residual + LayerNorm) in training; the "
+                    "matmuls stay with TensorFlow's kernels (on a CPU: with --mixed_precision, "
+                    "where XLA would compute bfloat16 matmuls in float32).")
   flags.DEFINE_enum("mixed_precision", "none", PRECISIONS,
                     "Compute dtype; float16 adds dynamic loss scaling. Weights stay float32. "
                     "auto: bfloat16 where the device has bfloat16 units (AMX / AVX512-BF16 "
@@ -143,7 +147,8 @@ def main(argv: Sequence[str]) -> None:
   with lost_worker.reported(name == "multi_worker_mirrored",  # a lost peer: one line, at once
                             lambda: training.latest_checkpoint(config.model_dir)):
     results = train_or_eval(config, strategy, FLAGS.jit_compile, precision, peak,
-                            check_data=check, probe=probe)
+                            check_data=check, probe=probe,
+                            xla_elementwise=FLAGS.xla_elementwise)
   print_summary(config, results, time.perf_counter() - start, probe)
 
 

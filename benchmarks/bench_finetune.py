@@ -14,8 +14,8 @@ embedding 128 projected to 256) and ELECTRA-Base (hidden 768, 12 layers, 12 head
 - ``ours_xla``, ``ours_bf16``, ``ours_xla_bf16``: the same step with the fine-tuning hparams
   ``jit_compile`` (XLA-compiled forward + backward) and / or ``mixed_precision: bfloat16``
   (bfloat16 matmuls and activations, float32 weights, optimizer, heads and loss);
-- ``ours_eval``: forward only (``training=False``, logits and loss) through the Trainer's
-  evaluation loop;
+- ``ours_fused_bf16``: ``ours_bf16`` with the hparam ``xla_elementwise`` (XLA on the elementwise
+  work only); ``ours_eval``: forward only (logits and loss) through the Trainer's evaluation loop;
 - ``tfm``: ``official.nlp.modeling.models.BertClassifier`` over a ``networks.BertEncoder`` of the
   same shape (tf-models' defaults: the encoder's pooler, then dropout and the dense classifier;
   GELU as tf-models has it), SentencePredictionTask's loss (mean cross-entropy), tf-models'
@@ -77,6 +77,7 @@ from electra_tf.finetuning import registry  # noqa: E402
 from electra_tf.finetuning.runner import train_step_outputs  # noqa: E402
 from electra_tf.interop.finetuned_saved_model import FinetunedExport, export_finetuned_saved_model  # noqa: E402
 from electra_tf.model_sizes import get_bert_config  # noqa: E402
+from electra_tf.modeling import fusion  # noqa: E402
 
 _SHARED = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "..",
                        "shared")
@@ -87,8 +88,10 @@ flags.DEFINE_integer("num_layers", 12, "Transformer layers (12 for both real sha
 flags.DEFINE_integer("steps", 3, "Steps per timed repetition.")
 flags.DEFINE_integer("repeats", 3, "Timed repetitions per variant (interleaved).")
 flags.DEFINE_integer("latency_calls", 30, "Timed batch-1 calls per latency variant.")
-TRAIN_VARIANTS = {"ours": (False, None), "ours_xla": (True, None),  # (jit_compile, precision)
-                  "ours_bf16": (False, "bfloat16"), "ours_xla_bf16": (True, "bfloat16")}
+TRAIN_VARIANTS = {  # (jit_compile, precision, xla_elementwise)
+    "ours": (False, None, False), "ours_xla": (True, None, False),
+    "ours_bf16": (False, "bfloat16", False), "ours_xla_bf16": (True, "bfloat16", False),
+    "ours_fused_bf16": (False, "bfloat16", True)}
 VARIANTS = (*TRAIN_VARIANTS, "ours_eval", "tfm", "tfm_eval", "latency")
 flags.DEFINE_list("variants", list(VARIANTS), f"What to run: {', '.join(VARIANTS)}.")
 flags.DEFINE_bool("memory", True, "Also measure each variant's peak RSS alone, in a fresh "
@@ -134,13 +137,13 @@ class Ours:
 
   def __init__(self, config: FinetuningConfig, batch: dict[str, np.ndarray], name: str = "ours"):
     self.name = name
-    jit_compile, precision = TRAIN_VARIANTS[name]
+    jit_compile, precision, xla_elementwise = TRAIN_VARIANTS[name]
     self.strategy = training.get_strategy("one_device")
     self.tasks = registry.get_tasks([TASK], registry.make_tokenizer(FLAGS.vocab_file),
                                     config.data_dir, config.max_seq_length)
     training.set_mixed_precision_policy(precision)  # as ModelRunner: for this model only
     try:
-      with self.strategy.scope():
+      with self.strategy.scope(), fusion.xla_elementwise(xla_elementwise):
         self.model = model_lib.create_model(config, self.tasks)
         optimizer = model_lib.create_finetuning_optimizer(config, TOTAL,
                                                           self.model.n_transformer_layers)

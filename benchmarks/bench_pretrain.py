@@ -12,6 +12,10 @@ official code, the tanh approximation in tf-models' "gelu"), one device, float32
 - ``ours_bf16``: the same with ``--mixed_precision bfloat16``;
 - ``ours_xla_bf16``: both (``--jit_compile --mixed_precision bfloat16``): float32 master
   weights, optimizer and loss, bfloat16 activations and matmuls, XLA-fused;
+- ``ours_fused`` / ``ours_fused_bf16``: ``ours`` / ``ours_bf16`` with ``--xla_elementwise``:
+  only each layer's elementwise work (GELU, softmax + dropout, dropout + residual + LayerNorm)
+  XLA-compiled, the matmuls left to TensorFlow's oneDNN kernels (XLA on a CPU computes
+  bfloat16 matmuls in float32, which is what holds ``ours_xla_bf16`` back on a CPU);
 - ``ours_accum``: ``ours`` with ``gradient_accumulation_steps`` = ``--accumulation_steps``
   (default 4): the same global batch per update, run as k micro-batches of batch / k; the
   line ``ours_accum / ours`` is the throughput cost of accumulation (1.0 = free);
@@ -23,7 +27,8 @@ official code, the tanh approximation in tf-models' "gelu"), one device, float32
 
 All variants run on the same fixed batch of real WordPiece ids (from wikitext-2). After one
 untimed two-step warm-up call each (tracing, grappler / XLA compilation), repetitions are
-interleaved (ours, ours_xla, ours_bf16, ours_xla_bf16, tfm, ours, ...) and each reports the
+interleaved (ours, ours_xla, ours_bf16, ours_xla_bf16, ours_fused, ours_fused_bf16, tfm, ours,
+...) and each reports the
 median examples/s over its repetitions, and its model FLOPs utilisation
 (``electra_tf.pretraining.flops`` train FLOPs per example times examples/s, over the measured
 peak: the fastest of ten 2048^3 matmuls in the variant's precision). Then (``--memory``, the
@@ -62,6 +67,7 @@ from timing import Runner  # noqa: E402
 
 from electra_tf import training  # noqa: E402
 from electra_tf.config import PretrainingConfig  # noqa: E402
+from electra_tf.modeling import fusion  # noqa: E402
 from electra_tf.optimization import create_optimizer  # noqa: E402
 from electra_tf.pretraining import flops, masking, task  # noqa: E402
 from electra_tf.pretraining.builder import build_pretraining_model  # noqa: E402
@@ -74,7 +80,8 @@ flags.DEFINE_integer("seq_length", 128, "Tokens per example.")
 flags.DEFINE_integer("num_layers", 12, "Transformer layers of both towers.")
 flags.DEFINE_integer("steps", 3, "Train steps per timed repetition.")
 flags.DEFINE_integer("repeats", 3, "Timed repetitions per variant (interleaved).")
-flags.DEFINE_list("variants", ["ours", "ours_xla", "ours_bf16", "ours_xla_bf16", "tfm"],
+flags.DEFINE_list("variants", ["ours", "ours_xla", "ours_bf16", "ours_xla_bf16", "ours_fused",
+                                "ours_fused_bf16", "tfm"],
                   "What to run (also: ours_accum).")
 flags.DEFINE_integer("accumulation_steps", 4, "Micro-batches per update of ours_accum.")
 flags.DEFINE_bool("report_peak_rss", False, "Print this process's VmHWM at the end.")
@@ -105,13 +112,14 @@ def pretraining_config(batch_size: int, seq_length: int) -> PretrainingConfig:
 
 
 def build_ours(name: str, batch: dict[str, np.ndarray], jit_compile: bool,
-               mixed_precision: str | None, accumulation_steps: int = 1) -> Runner:
+               mixed_precision: str | None, accumulation_steps: int = 1,
+               xla_elementwise: bool = False) -> Runner:
   """The project's step through the project's Trainer loop (model_dir: a temp folder)."""
   config = pretraining_config(FLAGS.batch_size, FLAGS.seq_length)
   strategy = training.get_strategy("one_device")
   training.set_mixed_precision_policy(mixed_precision)
   try:
-    with strategy.scope():
+    with strategy.scope(), fusion.xla_elementwise(xla_elementwise):
       vocab = masking.read_special_ids(FLAGS.vocab_file)
       model = build_pretraining_model(config, vocab=vocab)
       optimizer = training.wrap_optimizer(create_optimizer(
@@ -249,6 +257,9 @@ def build_runners(batch: dict[str, np.ndarray]) -> list[Runner]:
       "ours_xla": lambda: build_ours("ours_xla", batch, True, None),
       "ours_bf16": lambda: build_ours("ours_bf16", batch, False, "bfloat16"),
       "ours_xla_bf16": lambda: build_ours("ours_xla_bf16", batch, True, "bfloat16"),
+      "ours_fused": lambda: build_ours("ours_fused", batch, False, None, xla_elementwise=True),
+      "ours_fused_bf16": lambda: build_ours("ours_fused_bf16", batch, False, "bfloat16",
+                                            xla_elementwise=True),
       "ours_accum": lambda: build_ours("ours_accum", batch, False, None,
                                        FLAGS.accumulation_steps),
       "tfm": lambda: build_tfm(batch),
@@ -298,7 +309,7 @@ def print_ratios(medians: dict[str, float]) -> None:
           f"(k = {FLAGS.accumulation_steps} micro-batches of "
           f"{FLAGS.batch_size // FLAGS.accumulation_steps} vs one batch of {FLAGS.batch_size})")
   if "tfm" in medians:
-    for name in ("ours_xla", "ours_bf16", "ours_xla_bf16"):
+    for name in ("ours_xla", "ours_bf16", "ours_xla_bf16", "ours_fused", "ours_fused_bf16"):
       if name in medians:
         print(f"{name} / tfm = {medians[name] / medians['tfm']:.2f}x")
     if "ours" in medians:

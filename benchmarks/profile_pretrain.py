@@ -1,7 +1,7 @@
 """Where the pre-training step's time goes: the TF profiler's op events, grouped.
 
 Builds a variant of ``bench_pretrain.py`` (``ours``, ``ours_bf16``, ``ours_xla``,
-``ours_xla_bf16`` or ``tfm``, the same shapes and batch),
+``ours_xla_bf16``, ``ours_fused``, ``ours_fused_bf16`` or ``tfm``, the same shapes and batch),
 warms it up, traces ``--steps`` steps with ``tf.profiler`` and reads the trace (the XPlane
 file the trace viewer shows) back: the time of every TensorFlow op executed, grouped into
 matmuls, dropout, GELU, LayerNorm, softmax, transposes, gathers / scatters, the optimizer's
@@ -31,7 +31,8 @@ from profile_events import busy_time, op_events  # noqa: E402
 
 from electra_tf.modeling import dropout  # noqa: E402
 
-flags.DEFINE_enum("variant", "ours", ["ours", "ours_bf16", "ours_xla", "ours_xla_bf16", "tfm"],
+flags.DEFINE_enum("variant", "ours", ["ours", "ours_bf16", "ours_xla", "ours_xla_bf16",
+                                      "ours_fused", "ours_fused_bf16", "tfm"],
                   "What to profile.")
 flags.DEFINE_integer("top", 12, "Op types listed.")
 flags.DEFINE_enum("dropout_mask_bits", "16", ["16", "32"], "Random bits per dropout mask "
@@ -39,6 +40,7 @@ flags.DEFINE_enum("dropout_mask_bits", "16", ["16", "32"], "Random bits per drop
 FLAGS = flags.FLAGS
 
 OPTIMIZER_SCOPES = ("AdamWeightDecay", "clip_by_global_norm", "Lamb")
+XLA_TYPES = ("Execute", "XlaLaunch", "_XlaRun")  # an XLA program run from the graph
 GATHER_TYPES = ("Gather", "Scatter", "SegmentSum", "OneHot", "Tile", "Slice")
 
 
@@ -46,6 +48,8 @@ def category(name: str, op_type: str) -> str:
   """The group of one executed op, from its type and its name scope (first rule that fits)."""
   if "MatMul" in op_type:
     return "matmuls"
+  if op_type in XLA_TYPES:
+    return "XLA-compiled (elementwise clusters, or the whole step)"
   if any(scope in name for scope in OPTIMIZER_SCOPES):
     return "optimizer (per-variable ops)"
   if op_type.startswith("StatelessRandom") or "dropout" in name.lower():
@@ -74,7 +78,8 @@ def main(argv) -> None:
     runner = bench_pretrain.build_tfm(batch)
   else:
     runner = bench_pretrain.build_ours(FLAGS.variant, batch, "xla" in FLAGS.variant,
-                                       "bfloat16" if FLAGS.variant.endswith("bf16") else None)
+                                       "bfloat16" if FLAGS.variant.endswith("bf16") else None,
+                                       xla_elementwise="fused" in FLAGS.variant)
   runner.warm_up()
   runner.timed(FLAGS.steps)  # untraced: the first full-length call
   logdir = tempfile.mkdtemp(prefix="profile_pretrain_")

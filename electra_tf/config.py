@@ -249,6 +249,9 @@ class FinetuningConfig(_HParams):
   # weights, optimizer and loss; bfloat16 matmuls and activations), None: float32
   jit_compile: bool = False
   mixed_precision: str | None = None
+  # ours: XLA for each layer's elementwise work only, matmuls with TensorFlow's kernels
+  # (modeling/fusion.py; with bfloat16 on a CPU, where XLA computes bfloat16 matmuls in float32)
+  xla_elementwise: bool = False
   save_checkpoints_steps: int = 1000000
   iterations_per_loop: int = 1000  # unless set: capped at 10% of the steps (see below)
   use_tfrecords_if_existing: bool = True  # reuse featurized TFRecords when present

@@ -72,9 +72,9 @@ OFFICIAL_FINETUNING_DEFAULTS = {
   "preprocessed_data_dir": "D/models/M/finetuning_tfrecords/chunk_tfrecords",
   "test_predictions": "D/models/M/test_predictions/{:}_{:}_{:}_predictions.pkl",
   "seed": None, "optimizer": "adamw", "gradient_accumulation_steps": 1,
-  "jit_compile": False, "mixed_precision": None,
+  "jit_compile": False, "mixed_precision": None, "xla_elementwise": False,
 }
-OURS_SPEED = {"jit_compile", "mixed_precision"}  # fine-tuning's XLA and bfloat16 settings
+OURS_SPEED = {"jit_compile", "mixed_precision", "xla_elementwise"}  # XLA and bfloat16 settings
 FINETUNING_PATHS = {"model_name", "data_dir", "raw_data_dir", "vocab_file", "init_checkpoint",
                     "model_dir", "results_txt", "results_pkl", "qa_eval_file", "qa_preds_file",
                     "qa_na_file", "preprocessed_data_dir", "test_predictions"}

@@ -24,6 +24,7 @@ from electra_tf.finetuning.builtin.classification import read_tsv
 from electra_tf.finetuning.init_report import init_lines
 from electra_tf.finetuning.preprocessing import Preprocessor
 from electra_tf.finetuning.task_base import Task
+from electra_tf.modeling import fusion
 from electra_tf.reading.model_tasks import write_tasks
 
 LOGGED_TRAIN_LOSS = "loss_mean_per_example"
@@ -61,7 +62,7 @@ class ModelRunner:
     # only (training, and prediction with the trained weights).
     training.set_mixed_precision_policy(training.resolve_precision(config.mixed_precision)[0])
     try:
-      with strategy.scope():
+      with strategy.scope(), fusion.xla_elementwise(config.xla_elementwise):
         self.model = model_lib.create_model(config, tasks)
     finally:
       training.set_mixed_precision_policy(None)

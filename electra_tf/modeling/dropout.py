@@ -51,12 +51,21 @@ def keep_mask(shape: tf.Tensor, rate: float, seed: tf.Tensor) -> tf.Tensor:
   if threshold == _LEVELS:
     return tf.ones(shape, tf.bool)
   n = shape[-1]
-  bits = tf.random.stateless_uniform(tf.concat([shape[:-1], [(n + 1) // 2]], 0), seed,
+  bits = tf.random.stateless_uniform(tf.concat([shape[:-1], [(n + 1) // 2]], 0), _portable(seed),
                                      minval=None, maxval=None, dtype=tf.uint32)
   below = tf.constant(threshold * _LEVELS, tf.uint32)
   low = tf.bitwise.left_shift(bits, tf.constant(16, tf.uint32)) < below  # low 16 bits < threshold
   keep = tf.concat([low, bits < below], -1)
   return keep if isinstance(n, int) and n % 2 == 0 else keep[..., :n]
+
+
+def _portable(seed: tf.Tensor) -> tf.Tensor:
+  """``seed`` [2] as int64 in [0, 2**32): the same draws with and without XLA.
+
+  TensorFlow's kernels sign-extend a negative int32 seed, XLA zero-extends it (other bits for
+  the same seed); both read a non-negative seed alike.
+  """
+  return tf.bitwise.bitwise_and(tf.cast(seed, tf.int64), tf.constant(0xFFFFFFFF, tf.int64))
 
 
 def _shape(x: tf.Tensor) -> tf.Tensor | list:

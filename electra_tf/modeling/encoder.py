@@ -17,6 +17,7 @@ import tensorflow as tf
 import tf_keras
 
 from electra_tf import names
+from electra_tf.modeling import fusion
 from electra_tf.modeling.bert_config import BertConfig
 from electra_tf.modeling.dropout import dropout, site_seed
 from electra_tf.modeling.layers import (
@@ -139,6 +140,8 @@ class TransformerBlock(ScopedLayer):
     self.hidden_dropout = tf_keras.layers.Dropout(config.hidden_dropout_prob)
     self.hidden_size = h
     self.intermediate_size = config.intermediate_size
+    # XLA for the elementwise work in training (modeling/fusion.py), as set when made.
+    self.xla_elementwise = fusion.enabled() and config.hidden_act == "gelu"
 
   def build(self, input_shape=None):
     h, i = self.hidden_size, self.intermediate_size
@@ -166,23 +169,48 @@ class TransformerBlock(ScopedLayer):
 
     ``seed``: int [2] for stateless dropout, one sub-seed per dropout site; None: Keras layers'.
     """
+    if self.xla_elementwise and training is True and seed is not None:
+      return self._fused_call(x, attention_adder, seed)
+    scores, v = self._scores_and_values(x)
+    scores = tf.cast(scores, tf.float32) + attention_adder
+    probs = tf.cast(tf.nn.softmax(scores), x.dtype)
+    probs = dropout(self.attention_dropout, probs, training, site_seed(seed, 0))
+    attention = dropout(self.hidden_dropout, self.attention_output(self._context(probs, v, x)),
+                        training, site_seed(seed, 1))
+    attention = self.attention_norm(attention + x)
+    out = self.output_dense(self.intermediate(attention))
+    out = dropout(self.hidden_dropout, out, training, site_seed(seed, 2))
+    return self.output_norm(out + attention)
+
+  def _scores_and_values(self, x: tf.Tensor) -> tuple[tf.Tensor, tf.Tensor]:
+    """x [B, T, H] -> (scaled attention scores [B, N, T, T], values [B, N, T, H/N])."""
     batch, seq = tf.shape(x)[0], tf.shape(x)[1]
     q = self._split_heads(self.query(x), batch, seq)
     k = self._split_heads(self.key(x), batch, seq)
     v = self._split_heads(self.value(x), batch, seq)
     # Scale after the matmul, as the official graph does (bit-level parity).
-    scores = tf.matmul(q, k, transpose_b=True) * (1.0 / math.sqrt(float(self.head_size)))
-    scores = tf.cast(scores, tf.float32) + attention_adder
-    probs = tf.cast(tf.nn.softmax(scores), x.dtype)
-    probs = dropout(self.attention_dropout, probs, training, site_seed(seed, 0))
+    return tf.matmul(q, k, transpose_b=True) * (1.0 / math.sqrt(float(self.head_size))), v
+
+  def _context(self, probs: tf.Tensor, v: tf.Tensor, x: tf.Tensor) -> tf.Tensor:
+    """probs [B, N, T, T], v [B, N, T, H/N] -> the heads' outputs side by side [B, T, H]."""
     context = tf.transpose(tf.matmul(probs, v), [0, 2, 1, 3])  # [B, T, N, H/N]
-    context = tf.reshape(context, [batch, seq, self.hidden_size])
-    attention = dropout(self.hidden_dropout, self.attention_output(context), training,
-                        site_seed(seed, 1))
-    attention = self.attention_norm(attention + x)
-    out = self.output_dense(self.intermediate(attention))
-    out = dropout(self.hidden_dropout, out, training, site_seed(seed, 2))
-    return self.output_norm(out + attention)
+    return tf.reshape(context, [tf.shape(x)[0], tf.shape(x)[1], self.hidden_size])
+
+  def _fused_call(self, x: tf.Tensor, attention_adder: tf.Tensor, seed: tf.Tensor) -> tf.Tensor:
+    """``call`` in training with its elementwise work XLA-compiled (``fusion``); same shapes."""
+    scores, v = self._scores_and_values(x)
+    probs = fusion.softmax_dropout(scores, attention_adder, self.attention_dropout.rate,
+                                   site_seed(seed, 0), x.dtype.name)
+    context = self._context(probs, v, x)
+
+    def close(y: tf.Tensor, residual: tf.Tensor, norm: LayerNorm, site: int) -> tf.Tensor:
+      return fusion.dropout_add_norm(
+          y, residual, self.hidden_dropout.rate, site_seed(seed, site),
+          tf.convert_to_tensor(norm.beta), tf.convert_to_tensor(norm.gamma), norm.epsilon)
+
+    attention = close(self.attention_output(context), x, self.attention_norm, 1)
+    out = self.output_dense(fusion.gelu(self.intermediate.linear(attention)))
+    return close(out, attention, self.output_norm, 2)
 
 
 def attention_adder(input_mask: tf.Tensor, attention_type: str = "bidirectional") -> tf.Tensor:

@@ -29,6 +29,15 @@ def gelu(x: tf.Tensor) -> tf.Tensor:
   return x * 0.5 * (1.0 + tf.math.erf(x / tf.cast(math.sqrt(2.0), x.dtype)))
 
 
+def layer_norm(x: tf.Tensor, beta: tf.Tensor, gamma: tf.Tensor, epsilon: float) -> tf.Tensor:
+  """LayerNorm of x [..., dim] over its last axis, statistics in float32, result in x's dtype."""
+  x32 = tf.cast(x, tf.float32)
+  mean, variance = tf.nn.moments(x32, axes=[-1], keepdims=True)
+  y = tf.nn.batch_normalization(x32, mean, variance, tf.cast(beta, tf.float32),
+                                tf.cast(gamma, tf.float32), epsilon)
+  return tf.cast(y, x.dtype)
+
+
 _ACTIVATIONS: dict[str, Callable[[tf.Tensor], tf.Tensor] | None] = {
     "linear": None,
     "relu": tf.nn.relu,
@@ -106,11 +115,15 @@ class Dense(ScopedLayer):
     self.bias = self.scoped_weight(names.BIAS, [self.units], "zeros")
     super().build(input_shape)
 
-  def call(self, x: tf.Tensor) -> tf.Tensor:
-    """[..., in] -> [..., units]."""
+  def linear(self, x: tf.Tensor) -> tf.Tensor:
+    """[..., in] -> [..., units]: x @ kernel + bias, without the activation."""
     y = tf.matmul(tf.reshape(x, [-1, tf.shape(x)[-1]]), self.kernel)
     y = tf.nn.bias_add(y, self.bias)
-    y = tf.reshape(y, tf.concat([tf.shape(x)[:-1], [self.units]], 0))
+    return tf.reshape(y, tf.concat([tf.shape(x)[:-1], [self.units]], 0))
+
+  def call(self, x: tf.Tensor) -> tf.Tensor:
+    """[..., in] -> [..., units]."""
+    y = self.linear(x)
     if self.activation is not None:
       y = self.activation(y)
     return y
@@ -147,11 +160,7 @@ class LayerNorm(ScopedLayer):
 
   def call(self, x: tf.Tensor) -> tf.Tensor:
     """[..., dim] -> [..., dim]."""
-    x32 = tf.cast(x, tf.float32)
-    mean, variance = tf.nn.moments(x32, axes=[-1], keepdims=True)
-    y = tf.nn.batch_normalization(x32, mean, variance, tf.cast(self.beta, tf.float32),
-                                  tf.cast(self.gamma, tf.float32), self.epsilon)
-    return tf.cast(y, x.dtype)
+    return layer_norm(x, self.beta, self.gamma, self.epsilon)
 
   def get_config(self) -> dict:
     return {**super().get_config(), "epsilon": self.epsilon}

@@ -17,7 +17,8 @@ from electra_tf.console import log
 def train_or_eval(config: Any, strategy: Any = None, jit_compile: bool = False,
                   mixed_precision: str | None = None, peak_flops: float | None = None,
                   log_fn: Callable[[str], None] = log, check_data: bool | None = None,
-                  probe: Any = None) -> dict[str, dict[str, float]]:
+                  probe: Any = None,
+                  xla_elementwise: bool = False) -> dict[str, dict[str, float]]:
   """Pre-trains and/or evaluates as ``config`` says (official ``train_or_eval``).
 
   Returns ``{"start": {"global_step": restored step}, "train": last logged values, "eval":
@@ -25,6 +26,7 @@ def train_or_eval(config: Any, strategy: Any = None, jit_compile: bool = False,
   ``mixed_precision``: None | "bfloat16" | "float16" | "auto" (``training.resolve_precision``).
   ``check_data``: read every shard before step 1 (True), never (False), or when the data is
   small (None, < 1 GiB). ``probe``: a ``probing.during_pretraining.RunProbe`` to attach.
+  ``xla_elementwise``: XLA for each layer's elementwise work only (``modeling/fusion.py``).
   """
   import tensorflow as tf
 
@@ -45,12 +47,14 @@ def train_or_eval(config: Any, strategy: Any = None, jit_compile: bool = False,
                                      training.latest_checkpoint(config.model_dir))
   requested = mixed_precision
   mixed_precision, precision_line = training.resolve_precision(requested)
-  if requested not in (None, "float32") or jit_compile:  # float32 without XLA goes unsaid
-    lines.insert(-3, f"  compute: {precision_line}{', XLA' if jit_compile else ''}")
+  xla = ", XLA" if jit_compile else ", XLA on elementwise work" if xla_elementwise else ""
+  if requested not in (None, "float32") or xla:  # float32 without XLA goes unsaid
+    lines.insert(-3, f"  compute: {precision_line}{xla}")
   log_fn("\n".join(lines))
   if console.is_verbose():
     log_fn(config.to_json())
-  run = task.build_run(config, strategy, jit_compile, mixed_precision, peak_flops, log_fn)
+  run = task.build_run(config, strategy, jit_compile, mixed_precision, peak_flops, log_fn,
+                       xla_elementwise)
   data_check.check_data(config.pretrain_tfrecords, config.max_seq_length, config.vocab_size,
                         check=check_data, log_fn=log_fn)  # after build_run's setup checks
   try:

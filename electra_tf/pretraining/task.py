@@ -24,6 +24,7 @@ import tensorflow as tf
 from electra_tf import checkpoints, tokenization, training
 from electra_tf.config import PretrainingConfig
 from electra_tf.console import log
+from electra_tf.modeling import fusion
 from electra_tf.optimization import create_optimizer
 from electra_tf.pretraining import data, flops, masking, word_masking
 from electra_tf.pretraining import metrics as metrics_lib
@@ -302,11 +303,13 @@ class PretrainingRun:
 def build_run(config: PretrainingConfig, strategy: tf.distribute.Strategy | None = None,
               jit_compile: bool = False, mixed_precision: str | None = None,
               peak_flops: float | None = None,
-              log_fn: Callable[[str], None] = log) -> PretrainingRun:
+              log_fn: Callable[[str], None] = log,
+              xla_elementwise: bool = False) -> PretrainingRun:
   """Checks the setup, then builds model, optimizer, metrics and Trainer under ``strategy``.
 
   ``mixed_precision``: None | "bfloat16" | "float16" (sets the global Keras policy).
   ``peak_flops``: of one device, for MFU (default: ``hardware.peak_flops``).
+  ``xla_elementwise``: the layers XLA-compile their elementwise work (``modeling/fusion.py``).
   """
   check_inputs(config)
   strategy = strategy or training.get_strategy("one_device")
@@ -321,7 +324,7 @@ def build_run(config: PretrainingConfig, strategy: tf.distribute.Strategy | None
   if note:
     log_fn(note)
   training.set_seed(seed)
-  with strategy.scope():
+  with strategy.scope(), fusion.xla_elementwise(xla_elementwise):
     model = build_pretraining_model(config)
     optimizer = training.wrap_optimizer(create_optimizer(
         config.learning_rate, config.num_train_steps, weight_decay_rate=config.weight_decay_rate,

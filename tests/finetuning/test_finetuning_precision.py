@@ -1,4 +1,5 @@
-"""Fine-tuning's speed settings (hparams ``jit_compile`` and ``mixed_precision``): refused
+"""Fine-tuning's speed settings (hparams ``jit_compile``, ``mixed_precision``,
+``xla_elementwise``): refused
 values, the settings block, float32 heads under bfloat16, and runs within a stated tolerance
 of the float32 run."""
 
@@ -42,10 +43,11 @@ def test_an_unsupported_precision_is_refused_in_one_line():
 
 def test_the_settings_block_shows_the_speed_settings(vocab_file):
   config = FinetuningConfig("m", "D", task_names=["rte"], vocab_file=vocab_file,
-                            jit_compile=True, mixed_precision="bfloat16")
+                            jit_compile=True, mixed_precision="bfloat16", xla_elementwise=True)
   tasks = registry.get_tasks(["rte"], registry.make_tokenizer(vocab_file), "D", 128)
   text = "\n".join(run_settings.settings_lines(config, tasks, "F"))
   assert "jit_compile true" in text and "mixed_precision bfloat16" in text, text
+  assert "xla_elementwise true" in text, text
 
 
 @pytest.mark.parametrize("units, compute", [
@@ -114,8 +116,11 @@ def test_xla_and_bfloat16_runs_end_within_the_tolerance_of_float32(data_dir, voc
     lines = (data_dir / "glue" / "RTE" / f"{split}.tsv").read_text(encoding="utf-8").split("\n")
     (rte / f"{split}.tsv").write_text("\n".join(lines[:stop]) + "\n", encoding="utf-8")
   float32 = _run(tmp_path, "f32", vocab_file)
-  for name, more in (("xla", {"jit_compile": True}), ("bf16", {"mixed_precision": "bfloat16"})):
-    loss = _run(tmp_path, name, vocab_file, **more)
+  losses = {}
+  for name, more in (("xla", {"jit_compile": True}), ("bf16", {"mixed_precision": "bfloat16"}),
+                     ("bf16_fused", {"mixed_precision": "bfloat16", "xla_elementwise": True})):
+    loss = losses[name] = _run(tmp_path, name, vocab_file, **more)
     # not the float32 graph (the setting took effect), and within the tolerance
     assert loss != float32 and abs(loss - float32) <= LOSS_RTOL * float32, (name, loss, float32)
+  assert losses["bf16_fused"] != losses["bf16"]  # XLA's own arithmetic: the fusion took effect
   assert "Traceback" not in capsys.readouterr().out

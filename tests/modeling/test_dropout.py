@@ -71,3 +71,14 @@ def test_rate_zero_and_eval_return_the_input_and_the_previous_draw_stays_reachab
   np.testing.assert_array_equal(
       dropout_lib.dropout(layer, x, training=True, seed=SEED).numpy(),
       tf.nn.experimental.stateless_dropout(x, 0.2, seed=SEED).numpy())
+
+
+@pytest.mark.parametrize("seed", [[-1080120218, 1], [-1, -7], [3, 8]])
+def test_same_mask_with_and_without_xla_even_for_a_negative_seed(seed):
+  """XLA zero-extends an int32 seed where TensorFlow's kernels sign-extend it; the masks
+  (drawn from ``site_seed``'s int32 seeds, half of them negative) still agree."""
+  x, seed = tf.ones([3, 12, 32]), tf.constant(seed, tf.int32)
+  compiled = tf.function(lambda x, s: dropout_lib.seeded_dropout(x, 0.1, s), jit_compile=True,
+                         autograph=False)
+  np.testing.assert_array_equal(compiled(x, seed).numpy(),
+                                dropout_lib.seeded_dropout(x, 0.1, seed).numpy())

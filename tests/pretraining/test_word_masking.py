@@ -377,16 +377,20 @@ def _run(data_dir, name, hparams, *flags):
 @pytest.mark.slow
 @pytest.mark.parametrize("kind, flags", [
     (word_masking.WHOLE_WORD, ["--jit_compile"]),
-    (word_masking.SPAN, ["--mixed_precision", "bfloat16"])])
+    (word_masking.SPAN, ["--mixed_precision", "bfloat16", "--xla_elementwise"])])
 def test_run_pretraining_trains_records_and_keeps_the_masking(pretrain_dir, kind, flags):
-  """Through run_pretraining.py (default strategy, 2 micro-batches an update, XLA or bf16):
-  the run trains, shows and records the masking; resuming with another is one line."""
+  """Through run_pretraining.py (default strategy, 2 micro-batches an update, XLA, or bf16 with
+  XLA on the elementwise work): the run trains, shows and records the masking and its compute
+  setting; resuming with another masking is one line."""
   hparams = {**TINY, "masking": kind, "gradient_accumulation_steps": 2}
   proc, log = _run(pretrain_dir, kind, hparams, *flags)
   assert proc.returncode == 0, log[-3000:]
   assert "2/2 = 100.0%" in log
   settings = log[:log.index("1/2 = ")]
   assert f"mask_prob 0.15, masking {kind}" in settings, settings
+  compute = ("float32, XLA" if "--jit_compile" in flags
+             else "mixed bfloat16, XLA on elementwise work")
+  assert f"  compute: {compute}\n" in settings, settings
   home = pretrain_dir / "models" / kind
   stored = json.loads((home / "hparams.json").read_text())
   assert (stored["masking"], stored["span_mean_length"], stored["span_max_length"]) == (
