@@ -113,14 +113,21 @@ def test_convert_names_what_to_pass_without_definitions(model, tmp_path):
 @pytest.mark.slow
 @pytest.mark.parametrize("task", tiny_finetuned.TASKS)
 def test_predict_scores_dev_rows_as_the_fine_tuning_run(model, task):
-  """SavedModel, model directory and LiteRT float32 give the run's own dev metric."""
+  """SavedModel, model directory and LiteRT float32 give the run's own dev metric.
+
+  Metrics are in percent; LiteRT's float32 kernels round differently from TensorFlow's (its
+  outputs agree within 1e-5: convert's ``max_difference``, checked above), which moves a
+  percent metric by up to 100x that: 1e-4 there (measured 3.3e-5 on the similarity Pearson,
+  docs/fidelity.md), 1e-5 for TensorFlow's own paths.
+  """
   want = model["dev"][task]
   metric = MAIN_METRIC[task]
-  for path in (model["out"] / "saved_model", model["trial"],
-               model["out"] / "litert" / "float32.tflite", model["out"] / "litert"):
+  for path, bound in ((model["out"] / "saved_model", 1e-5), (model["trial"], 1e-5),
+                      (model["out"] / "litert" / "float32.tflite", 1e-4),
+                      (model["out"] / "litert", 1e-4)):
     result, rows = _predict(path, task, model["data"])
     assert result.labelled == len(rows) == len(result.predictions)
-    assert result.metrics[metric] == pytest.approx(want[metric], abs=1e-5), (path, task)
+    assert result.metrics[metric] == pytest.approx(want[metric], abs=bound), (path, task)
     assert set(result.metrics) == set(want) - {"loss"}
 
 
